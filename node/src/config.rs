@@ -1,0 +1,211 @@
+//! Node configuration: a TOML file (keys named as in the spec: `server.*`, `storage.*`,
+//! `runtime.*`), then command-line flags over it. Unknown keys are an error naming the key.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+use crate::machine::Limits;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("invalid value for {key}: {message}")]
+    Invalid { key: &'static str, message: String },
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub node_id: u64,
+    pub data_dir: PathBuf,
+    pub server: ServerConfig,
+    pub storage: StorageConfig,
+    pub runtime: RuntimeConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub admin_listen: SocketAddr,
+    #[serde(deserialize_with = "duration")]
+    pub long_poll_timeout: Duration,
+    /// The bucket that `/v1/stream/{name}` addresses; created at start-up.
+    pub compat_bucket: String,
+    /// Largest body of an append or create, in bytes.
+    pub max_append_size: u64,
+    /// Largest snapshot body, in bytes.
+    pub max_snapshot_size: u64,
+    /// About how many bytes one catch-up response or SSE data event carries.
+    pub read_chunk_size: usize,
+    /// SSE connections close after this long so that intermediaries can collapse requests;
+    /// clients resume from the last `streamNextOffset`.
+    #[serde(deserialize_with = "duration")]
+    pub sse_max_duration: Duration,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StorageConfig {
+    pub max_producers_per_stream: u32,
+    /// A producer idle this long may be evicted when a new producer needs its place.
+    #[serde(deserialize_with = "duration")]
+    pub producer_idle_timeout: Duration,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RuntimeConfig {
+    /// Tokio worker threads; default: one per core.
+    pub worker_threads: Option<usize>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            node_id: 1,
+            data_dir: PathBuf::from("./ursula-data"),
+            server: ServerConfig::default(),
+            storage: StorageConfig::default(),
+            runtime: RuntimeConfig::default(),
+        }
+    }
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], ursula_wire::ports::CLIENT)),
+            admin_listen: SocketAddr::from(([127, 0, 0, 1], ursula_wire::ports::ADMIN)),
+            long_poll_timeout: Duration::from_secs(20),
+            compat_bucket: "default".into(),
+            max_append_size: 64 * 1024 * 1024,
+            max_snapshot_size: 256 * 1024 * 1024,
+            read_chunk_size: 1024 * 1024,
+            sse_max_duration: Duration::from_secs(60),
+        }
+    }
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        let limits = Limits::default();
+        Self {
+            max_producers_per_stream: limits.max_producers_per_stream,
+            producer_idle_timeout: Duration::from_millis(limits.producer_idle_ms),
+        }
+    }
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            worker_threads: None,
+        }
+    }
+}
+
+fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    parse_duration(&text).map_err(serde::de::Error::custom)
+}
+
+/// `500ms`, `20s`, `7d`, …
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text).map_err(|e| format!("{text:?} is not a duration: {e}"))
+}
+
+impl Config {
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_toml(&text).map_err(|message| ConfigError::Parse {
+            path: path.to_owned(),
+            message,
+        })
+    }
+
+    pub fn from_toml(text: &str) -> Result<Self, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !crate::http::names::is_valid_bucket(&self.server.compat_bucket) {
+            return Err(ConfigError::Invalid {
+                key: "server.compat_bucket",
+                message: format!("{:?} is not a valid bucket ID", self.server.compat_bucket),
+            });
+        }
+        if self.storage.max_producers_per_stream == 0 {
+            return Err(ConfigError::Invalid {
+                key: "storage.max_producers_per_stream",
+                message: "must be at least 1".into(),
+            });
+        }
+        if self.server.read_chunk_size == 0 {
+            return Err(ConfigError::Invalid {
+                key: "server.read_chunk_size",
+                message: "must be at least 1".into(),
+            });
+        }
+        Ok(())
+    }
+
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_producers_per_stream: self.storage.max_producers_per_stream,
+            producer_idle_ms: self.storage.producer_idle_timeout.as_millis() as u64,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_is_the_embedded_default() {
+        let config = Config::from_toml("").unwrap();
+        assert_eq!(config.server.listen.to_string(), "127.0.0.1:4437");
+        assert_eq!(config.server.admin_listen.to_string(), "127.0.0.1:4438");
+        assert_eq!(config.data_dir, PathBuf::from("./ursula-data"));
+    }
+
+    #[test]
+    fn spec_keys_parse() {
+        let config = Config::from_toml(
+            "node_id = 3\n[server]\nlong_poll_timeout = \"500ms\"\ncompat_bucket = \"compat\"\n\
+             [storage]\nmax_producers_per_stream = 8\nproducer_idle_timeout = \"1h\"\n",
+        )
+        .unwrap();
+        assert_eq!(config.node_id, 3);
+        assert_eq!(config.server.long_poll_timeout, Duration::from_millis(500));
+        assert_eq!(config.limits().max_producers_per_stream, 8);
+        assert_eq!(config.limits().producer_idle_ms, 3_600_000);
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let error = Config::from_toml("[server]\nlisten_addr = \"x\"\n").unwrap_err();
+        assert!(error.contains("listen_addr"), "{error}");
+        let error = Config::from_toml("colour = 1\n").unwrap_err();
+        assert!(error.contains("colour"), "{error}");
+    }
+
+    #[test]
+    fn bad_durations_are_refused() {
+        let error = Config::from_toml("[server]\nlong_poll_timeout = \"soon\"\n").unwrap_err();
+        assert!(error.contains("soon"), "{error}");
+    }
+}

@@ -1,0 +1,83 @@
+//! Counters the admin listener exports in Prometheus text format.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Upper bounds, in seconds, of the fsync latency histogram buckets.
+const FSYNC_BUCKETS: [f64; 12] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+];
+
+#[derive(Default)]
+pub struct Metrics {
+    pub appends: AtomicU64,
+    pub appended_bytes: AtomicU64,
+    pub commands: AtomicU64,
+    pub batches: AtomicU64,
+    pub fsyncs: AtomicU64,
+    pub commit_failures: AtomicU64,
+    fsync_seconds_sum_ns: AtomicU64,
+    fsync_buckets: [AtomicU64; FSYNC_BUCKETS.len()],
+}
+
+impl Metrics {
+    pub fn observe_fsync(&self, took: Duration) {
+        self.fsyncs.fetch_add(1, Ordering::Relaxed);
+        self.fsync_seconds_sum_ns
+            .fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+        let secs = took.as_secs_f64();
+        for (bound, count) in FSYNC_BUCKETS.iter().zip(&self.fsync_buckets) {
+            if secs <= *bound {
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    pub fn render(&self, out: &mut String) {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let counters = [
+            (
+                "ursula_appends_total",
+                "Appends that wrote data.",
+                &self.appends,
+            ),
+            (
+                "ursula_appended_bytes_total",
+                "Bytes appended.",
+                &self.appended_bytes,
+            ),
+            ("ursula_commands_total", "Commands applied.", &self.commands),
+            (
+                "ursula_commit_batches_total",
+                "Group-commit batches.",
+                &self.batches,
+            ),
+            (
+                "ursula_commit_failures_total",
+                "Batches whose commit failed.",
+                &self.commit_failures,
+            ),
+        ];
+        for (name, help, counter) in counters {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                get(counter)
+            );
+        }
+        let name = "ursula_fsync_seconds";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Latency of durable commits (one fsync each)."
+        );
+        let _ = writeln!(out, "# TYPE {name} histogram");
+        for (bound, count) in FSYNC_BUCKETS.iter().zip(&self.fsync_buckets) {
+            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {}", get(count));
+        }
+        let total = get(&self.fsyncs);
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {total}");
+        let sum = get(&self.fsync_seconds_sum_ns) as f64 / 1e9;
+        let _ = writeln!(out, "{name}_sum {sum}\n{name}_count {total}");
+    }
+}

@@ -1,0 +1,147 @@
+//! The engine: one state machine, one writer thread with group commit, and the published
+//! state that readers use.
+
+mod metrics;
+mod read;
+mod registry;
+mod touch;
+mod writer;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tokio::sync::{mpsc, oneshot};
+
+pub use metrics::Metrics;
+pub use read::{ReadError, Slice};
+pub use registry::StreamHandle;
+
+use crate::machine::{BucketState, Command, Limits, Outcome, Refusal, StreamMeta, StreamPath};
+use crate::storage::{StorageError, Store};
+use registry::Registry;
+use touch::TouchTracker;
+use writer::{Proposal, Writer};
+
+/// Proposals waiting for the writer; beyond this, proposers wait (backpressure).
+const INBOX_CAPACITY: usize = 16 * 1024;
+/// Memory for tail caches across all streams.
+const TAIL_CACHE_BYTES: usize = 256 * 1024 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    #[error("storage failed: {0}")]
+    Storage(String),
+    #[error("the node is shutting down")]
+    Stopped,
+}
+
+impl From<StorageError> for EngineError {
+    fn from(e: StorageError) -> Self {
+        Self::Storage(e.to_string())
+    }
+}
+
+/// What a reader finds at a path.
+pub enum Lookup {
+    Live(Arc<StreamHandle>, Arc<StreamMeta>),
+    /// Soft-deleted: kept only for its forks.
+    Deleted,
+    Missing,
+}
+
+pub struct Engine {
+    inbox: mpsc::Sender<Proposal>,
+    store: Arc<Store>,
+    registry: Arc<Registry>,
+    touches: Arc<TouchTracker>,
+    pub metrics: Arc<Metrics>,
+}
+
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Engine {
+    /// Opens storage, restores the machine and starts the writer thread.
+    pub fn open(data_dir: &Path, limits: Limits) -> Result<Arc<Self>, EngineError> {
+        let store = Arc::new(Store::open(data_dir)?);
+        let machine = store.load(limits)?;
+        let registry = Arc::new(Registry::new(TAIL_CACHE_BYTES));
+        registry.reset(machine.buckets(), machine.streams().map(|s| &s.meta));
+        let touches = Arc::new(TouchTracker::default());
+        let metrics = Arc::new(Metrics::default());
+        let (inbox, rx) = mpsc::channel(INBOX_CAPACITY);
+        let writer = Writer {
+            machine,
+            store: store.clone(),
+            registry: registry.clone(),
+            touches: touches.clone(),
+            metrics: metrics.clone(),
+        };
+        std::thread::Builder::new()
+            .name("ursula-writer".into())
+            .spawn(move || writer.run(rx))
+            .map_err(|e| EngineError::Storage(format!("cannot start the writer: {e}")))?;
+        Ok(Arc::new(Self {
+            inbox,
+            store,
+            registry,
+            touches,
+            metrics,
+        }))
+    }
+
+    /// Applies a command; answers once its effects are durable and visible to readers.
+    pub async fn propose(&self, command: Command) -> Result<Outcome, EngineError> {
+        let (reply, answer) = oneshot::channel();
+        self.inbox
+            .send(Proposal { command, reply })
+            .await
+            .map_err(|_| EngineError::Stopped)?;
+        answer.await.map_err(|_| EngineError::Stopped)?
+    }
+
+    pub fn bucket(&self, bucket: &str) -> Option<BucketState> {
+        self.registry.bucket(bucket)
+    }
+
+    /// The stream at `path` as readers must see it at `now_ms`: expired streams are missing.
+    pub fn lookup(&self, path: &StreamPath, now_ms: u64) -> Lookup {
+        let Some(handle) = self.registry.stream(path) else {
+            return Lookup::Missing;
+        };
+        let meta = handle.meta();
+        if meta.soft_deleted {
+            return Lookup::Deleted;
+        }
+        if meta.is_expired(now_ms, handle.last_access_ms(&meta)) {
+            return Lookup::Missing;
+        }
+        Lookup::Live(handle, meta)
+    }
+
+    /// A read resets the stream's sliding TTL.
+    pub fn touch(&self, handle: &StreamHandle, meta: &StreamMeta, now_ms: u64) {
+        if meta.ttl_secs.is_some() {
+            handle.note_read(now_ms);
+            self.touches.record(handle.id, now_ms);
+        }
+    }
+
+    pub fn stream_by_id(&self, id: u64) -> Option<Arc<StreamHandle>> {
+        self.registry.stream_by_id(id)
+    }
+
+    pub fn snapshot(
+        &self,
+        stream_id: u64,
+        offset: u64,
+    ) -> Result<Option<bytes::Bytes>, EngineError> {
+        Ok(self.store.snapshot(stream_id, offset)?)
+    }
+}

@@ -1,0 +1,129 @@
+//! The one place where errors become HTTP responses: a status from the token, the JSON body
+//! `{"error": "<Token>", "message": "..."}`, and the headers the protocol asks for.
+
+use http::{HeaderName, HeaderValue, Response, StatusCode};
+use ursula_wire::{ErrorBody, ErrorToken, headers};
+
+use super::response::{Body, full};
+use crate::engine::{EngineError, ReadError};
+use crate::machine::Refusal;
+use crate::offset;
+
+#[derive(Debug)]
+pub struct ApiError {
+    pub token: ErrorToken,
+    pub message: String,
+    pub headers: Vec<(&'static str, String)>,
+}
+
+impl ApiError {
+    pub fn new(token: ErrorToken, message: impl Into<String>) -> Self {
+        Self {
+            token,
+            message: message.into(),
+            headers: Vec::new(),
+        }
+    }
+
+    pub fn with_header(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.headers.push((name, value.into()));
+        self
+    }
+
+    pub fn header(name: &str, problem: impl std::fmt::Display) -> Self {
+        Self::new(ErrorToken::InvalidHeader, format!("{name}: {problem}"))
+    }
+
+    pub fn into_response(self) -> Response<Body> {
+        let status =
+            StatusCode::from_u16(self.token.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let body = ErrorBody::new(self.token, self.message).to_json();
+        let mut response = Response::new(full(body));
+        *response.status_mut() = status;
+        let map = response.headers_mut();
+        map.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            map.insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        for (name, value) in self.headers {
+            if let Ok(value) = HeaderValue::from_str(&value) {
+                map.insert(HeaderName::from_static(name), value);
+            }
+        }
+        response
+    }
+}
+
+impl From<Refusal> for ApiError {
+    fn from(refusal: Refusal) -> Self {
+        let message = refusal.to_string();
+        let token = match &refusal {
+            Refusal::BucketNotFound(_) | Refusal::BucketFenced(_) => ErrorToken::BucketNotFound,
+            Refusal::StreamNotFound(_) => ErrorToken::StreamNotFound,
+            Refusal::StreamDeleted(_) => ErrorToken::StreamDeleted,
+            Refusal::StreamConflict { .. } => ErrorToken::StreamConflict,
+            Refusal::ContentTypeMismatch { .. } => ErrorToken::ContentTypeMismatch,
+            Refusal::StreamClosed { .. } => ErrorToken::StreamClosed,
+            Refusal::StreamSeqConflict { .. } => ErrorToken::StreamSeqConflict,
+            Refusal::ProducerFenced { .. } => ErrorToken::ProducerEpochFenced,
+            Refusal::ProducerEpochSeqNotZero { .. } => ErrorToken::InvalidProducer,
+            Refusal::ProducerSeqGap { .. } => ErrorToken::ProducerSeqGap,
+            Refusal::TooManyProducers { .. } => ErrorToken::TooManyProducers,
+            Refusal::ForkSourceNotFound(_) => ErrorToken::ForkSourceNotFound,
+            Refusal::ForkSourceDeleted(_) => ErrorToken::ForkSourceDeleted,
+            Refusal::OffsetBeyondTail { .. } => ErrorToken::InvalidOffset,
+            Refusal::OffsetNotRetained { .. } => ErrorToken::OffsetNotRetained,
+            Refusal::InvalidFork(_) => ErrorToken::InvalidForkRequest,
+            Refusal::SnapshotConflict { .. } => ErrorToken::SnapshotConflict,
+        };
+        let error = Self::new(token, message);
+        match refusal {
+            Refusal::StreamClosed { next_offset } => error
+                .with_header(headers::STREAM_CLOSED, "true")
+                .with_header(headers::STREAM_NEXT_OFFSET, offset::format(next_offset)),
+            Refusal::ProducerFenced { current, .. } => {
+                error.with_header(headers::PRODUCER_EPOCH, current.to_string())
+            }
+            Refusal::ProducerSeqGap { expected, received } => error
+                .with_header(headers::PRODUCER_EXPECTED_SEQ, expected.to_string())
+                .with_header(headers::PRODUCER_RECEIVED_SEQ, received.to_string()),
+            Refusal::OffsetNotRetained { retained_from, .. } => error.with_header(
+                headers::STREAM_RETAINED_OFFSET,
+                offset::format(retained_from),
+            ),
+            _ => error,
+        }
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(error: EngineError) -> Self {
+        match error {
+            EngineError::Refused(refusal) => refusal.into(),
+            EngineError::Storage(message) => Self::new(ErrorToken::Internal, message),
+            EngineError::Stopped => Self::new(ErrorToken::Unavailable, "the node is shutting down"),
+        }
+    }
+}
+
+impl From<ReadError> for ApiError {
+    fn from(error: ReadError) -> Self {
+        match error {
+            ReadError::NotRetained {
+                offset,
+                retained_from,
+            } => Refusal::OffsetNotRetained {
+                offset,
+                retained_from,
+            }
+            .into(),
+            ReadError::NotBoundary(_) => Self::new(ErrorToken::InvalidOffset, error.to_string()),
+            ReadError::MissingSource(_) | ReadError::Storage(_) => {
+                Self::new(ErrorToken::Internal, error.to_string())
+            }
+        }
+    }
+}

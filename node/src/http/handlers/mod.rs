@@ -1,0 +1,50 @@
+//! One module per group of routes. Handlers parse, propose or read, and shape the answer;
+//! errors go back as `ApiError` to the single mapping in `http::error`.
+
+pub mod append;
+pub mod bucket;
+pub mod create;
+pub mod meta;
+pub mod read;
+pub mod snapshot;
+
+use std::sync::Arc;
+
+use http::HeaderMap;
+use ursula_wire::ErrorToken;
+
+use super::App;
+use super::error::ApiError;
+use crate::engine::{Lookup, StreamHandle};
+use crate::machine::{BucketState, Refusal, StreamMeta, StreamPath};
+
+/// The live stream at `path` for a read, or the refusal a reader gets.
+pub fn live_stream(
+    app: &App,
+    path: &StreamPath,
+    now_ms: u64,
+) -> Result<(Arc<StreamHandle>, Arc<StreamMeta>), ApiError> {
+    match app.engine.bucket(&path.bucket) {
+        Some(BucketState::Active) => {}
+        Some(BucketState::Fenced) => {
+            return Err(Refusal::BucketFenced(path.bucket.clone()).into());
+        }
+        None => return Err(Refusal::BucketNotFound(path.bucket.clone()).into()),
+    }
+    match app.engine.lookup(path, now_ms) {
+        Lookup::Live(handle, meta) => Ok((handle, meta)),
+        Lookup::Deleted => Err(Refusal::StreamDeleted(path.to_string()).into()),
+        Lookup::Missing => Err(Refusal::StreamNotFound(path.to_string()).into()),
+    }
+}
+
+/// The request's content type, if it sent a non-empty one.
+pub fn content_type(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    Ok(super::request::header(headers, "content-type")?
+        .filter(|v| !v.is_empty())
+        .map(str::to_owned))
+}
+
+pub fn invalid_offset(message: impl Into<String>) -> ApiError {
+    ApiError::new(ErrorToken::InvalidOffset, message)
+}

@@ -1,0 +1,258 @@
+//! `GET /{bucket}/{stream}`: catch-up reads and long-polls. SSE lives in `http::sse`.
+
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use http::{HeaderMap, Request, Response, StatusCode};
+use hyper::body::Incoming;
+use tokio::time::Instant;
+use ursula_wire::{ErrorToken, headers};
+
+use super::{invalid_offset, live_stream};
+use crate::cursor;
+use crate::engine::{Engine, StreamHandle, now_ms};
+use crate::http::App;
+use crate::http::error::ApiError;
+use crate::http::request::{self, Live};
+use crate::http::response::{Body, Reply};
+use crate::http::sse;
+use crate::machine::{Refusal, StreamMeta, StreamPath};
+use crate::offset::{self, OffsetParam};
+
+pub async fn handle(
+    app: &App,
+    request: Request<Incoming>,
+    path: StreamPath,
+) -> Result<Response<Body>, ApiError> {
+    let query = request::read_query(request.uri().query())?;
+    let now = now_ms();
+    let (handle, meta) = live_stream(app, &path, now)?;
+    app.engine.touch(&handle, &meta, now);
+    match query.live {
+        Live::No => catch_up(app, &handle, &meta, query.offset, request.headers()),
+        Live::LongPoll => {
+            let param = query.offset.ok_or_else(|| offset_required("long-poll"))?;
+            long_poll(app, handle, param, query.cursor.as_deref()).await
+        }
+        Live::Sse => {
+            let param = query.offset.ok_or_else(|| offset_required("SSE"))?;
+            let from = resolve_offset(&app.engine, &meta, param)?;
+            Ok(sse::respond(app, handle, &meta, from, query.cursor))
+        }
+    }
+}
+
+fn offset_required(mode: &str) -> ApiError {
+    invalid_offset(format!(
+        "a {mode} read needs an offset (use -1 or now to start)"
+    ))
+}
+
+/// Where a read starts: `-1` is the first readable offset, `now` the tail.
+pub fn resolve_offset(
+    engine: &Engine,
+    meta: &StreamMeta,
+    param: OffsetParam,
+) -> Result<u64, ApiError> {
+    match param {
+        OffsetParam::Start => Ok(engine.first_offset(meta)),
+        OffsetParam::Now => Ok(meta.tail),
+        OffsetParam::At(at) if at > meta.tail => Err(invalid_offset(format!(
+            "offset {} is beyond the tail {}",
+            offset::format(at),
+            offset::format(meta.tail)
+        ))),
+        OffsetParam::At(at) => {
+            let first = engine.first_offset(meta);
+            if at < first {
+                return Err(Refusal::OffsetNotRetained {
+                    offset: at,
+                    retained_from: first,
+                }
+                .into());
+            }
+            Ok(at)
+        }
+    }
+}
+
+/// The bytes of one read, framed for the stream's mode: a JSON stream answers one array.
+pub struct Chunk {
+    pub body: Bytes,
+    pub next: u64,
+}
+
+pub fn read_chunk(
+    engine: &Engine,
+    handle: &StreamHandle,
+    meta: &StreamMeta,
+    from: u64,
+    max_bytes: usize,
+) -> Result<Chunk, ApiError> {
+    let slices = if from < meta.tail {
+        engine.read(handle, meta, from, max_bytes)?
+    } else {
+        Vec::new()
+    };
+    let next = slices
+        .last()
+        .map_or(from, |s| s.start + s.bytes.len() as u64);
+    let body = if meta.is_json() {
+        let mut out =
+            BytesMut::with_capacity(slices.iter().map(|s| s.bytes.len() + 1).sum::<usize>() + 2);
+        out.extend_from_slice(b"[");
+        for (i, slice) in slices.iter().enumerate() {
+            if i > 0 {
+                out.extend_from_slice(b",");
+            }
+            out.extend_from_slice(&slice.bytes);
+        }
+        out.extend_from_slice(b"]");
+        out.freeze()
+    } else if slices.len() == 1 {
+        slices[0].bytes.clone()
+    } else {
+        let mut out = BytesMut::with_capacity(slices.iter().map(|s| s.bytes.len()).sum());
+        for slice in &slices {
+            out.extend_from_slice(&slice.bytes);
+        }
+        out.freeze()
+    };
+    Ok(Chunk { body, next })
+}
+
+fn catch_up(
+    app: &App,
+    handle: &StreamHandle,
+    meta: &StreamMeta,
+    param: Option<OffsetParam>,
+    request_headers: &HeaderMap,
+) -> Result<Response<Body>, ApiError> {
+    let param = param.unwrap_or(OffsetParam::Start);
+    let from = resolve_offset(&app.engine, meta, param)?;
+    if param == OffsetParam::Now {
+        // The tail, with no body and no ETag: nothing here may be cached.
+        return Ok(Reply::new(StatusCode::OK)
+            .header("content-type", &meta.content_type)
+            .header(headers::STREAM_NEXT_OFFSET, offset::format(meta.tail))
+            .header(headers::STREAM_UP_TO_DATE, "true")
+            .header_if(meta.closed, headers::STREAM_CLOSED, "true")
+            .header("cache-control", "no-store")
+            .body(if meta.is_json() { &b"[]"[..] } else { &b""[..] })
+            .build());
+    }
+    let chunk = read_chunk(
+        &app.engine,
+        handle,
+        meta,
+        from,
+        app.config.server.read_chunk_size,
+    )?;
+    let up_to_date = chunk.next == meta.tail;
+    let at_eof = meta.closed && up_to_date;
+    let etag = format!(
+        "\"{}:{}:{}{}\"",
+        meta.id,
+        from,
+        chunk.next,
+        if at_eof { ":c" } else { "" }
+    );
+    let reply = |status| {
+        Reply::new(status)
+            .header("content-type", &meta.content_type)
+            .header(headers::STREAM_NEXT_OFFSET, offset::format(chunk.next))
+            .header_if(up_to_date, headers::STREAM_UP_TO_DATE, "true")
+            .header_if(at_eof, headers::STREAM_CLOSED, "true")
+            .header("etag", &etag)
+            // A chunk short of the tail never changes and may be cached; an answer at the tail
+            // changes with the next append, so it must be revalidated (cheaply, by ETag).
+            .header(
+                "cache-control",
+                if up_to_date {
+                    "no-cache"
+                } else {
+                    "public, max-age=60, stale-while-revalidate=300"
+                },
+            )
+    };
+    let matches = request::header(request_headers, "if-none-match")?.is_some_and(|v| v == etag);
+    if matches {
+        return Ok(reply(StatusCode::NOT_MODIFIED).build());
+    }
+    Ok(reply(StatusCode::OK).body(chunk.body).build())
+}
+
+/// Waits for data past the offset, up to the configured timeout. Answers at once when data is
+/// there or the stream is closed at the offset.
+async fn long_poll(
+    app: &App,
+    handle: Arc<StreamHandle>,
+    param: OffsetParam,
+    client_cursor: Option<&str>,
+) -> Result<Response<Body>, ApiError> {
+    let deadline = Instant::now() + app.config.server.long_poll_timeout;
+    let mut changes = handle.subscribe();
+    let mut from = None;
+    loop {
+        let meta = handle.meta();
+        if handle.is_removed() {
+            return Err(Refusal::StreamNotFound(meta.path.to_string()).into());
+        }
+        if meta.soft_deleted {
+            return Err(Refusal::StreamDeleted(meta.path.to_string()).into());
+        }
+        let at = match from {
+            Some(at) => at,
+            None => *from.insert(resolve_offset(&app.engine, &meta, param)?),
+        };
+        let cursor = cursor::next(now_ms(), client_cursor);
+        if at < meta.tail {
+            let chunk = read_chunk(
+                &app.engine,
+                &handle,
+                &meta,
+                at,
+                app.config.server.read_chunk_size,
+            )?;
+            let up_to_date = chunk.next == meta.tail;
+            let at_eof = meta.closed && up_to_date;
+            return Ok(Reply::new(StatusCode::OK)
+                .header("content-type", &meta.content_type)
+                .header(headers::STREAM_NEXT_OFFSET, offset::format(chunk.next))
+                .header_if(up_to_date, headers::STREAM_UP_TO_DATE, "true")
+                .header_if(at_eof, headers::STREAM_CLOSED, "true")
+                .header(
+                    "etag",
+                    format!(
+                        "\"{}:{}:{}{}\"",
+                        meta.id,
+                        at,
+                        chunk.next,
+                        if at_eof { ":c" } else { "" }
+                    ),
+                )
+                .header_if(!at_eof, headers::STREAM_CURSOR, &cursor)
+                .header("cache-control", "no-cache")
+                .body(chunk.body)
+                .build());
+        }
+        let timed_out = Instant::now() >= deadline;
+        if meta.closed || timed_out {
+            return Ok(Reply::new(StatusCode::NO_CONTENT)
+                .header(headers::STREAM_NEXT_OFFSET, offset::format(meta.tail))
+                .header(headers::STREAM_UP_TO_DATE, "true")
+                .header_if(meta.closed, headers::STREAM_CLOSED, "true")
+                .header_if(!meta.closed, headers::STREAM_CURSOR, &cursor)
+                .header("cache-control", "no-cache")
+                .build());
+        }
+        tokio::select! {
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return Err(ApiError::new(ErrorToken::Unavailable, "the node is shutting down"));
+                }
+            }
+            () = tokio::time::sleep_until(deadline) => {}
+        }
+    }
+}

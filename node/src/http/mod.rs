@@ -1,0 +1,112 @@
+//! The client listener: routes, handlers, and the mapping of every error to a JSON response.
+
+pub mod error;
+mod handlers;
+pub mod names;
+pub mod request;
+pub mod response;
+pub mod route;
+mod sse;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use http::{Method, Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpListener;
+use ursula_wire::ErrorToken;
+
+use crate::config::Config;
+use crate::engine::Engine;
+use error::ApiError;
+use response::{ALLOWED_HEADERS, ALLOWED_METHODS, Body, Reply, add_common_headers};
+use route::Target;
+
+pub struct App {
+    pub engine: Arc<Engine>,
+    pub config: Arc<Config>,
+}
+
+/// Accepts connections until the listener fails; each connection speaks HTTP/1.1 or HTTP/2.
+pub async fn serve(listener: TcpListener, app: Arc<App>) {
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                tracing::warn!(%error, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let app = app.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |request| handle(app.clone(), request));
+            let builder = auto::Builder::new(TokioExecutor::new());
+            if let Err(error) = builder
+                .serve_connection(TokioIo::new(stream), service)
+                .await
+            {
+                tracing::debug!(%error, "connection ended with an error");
+            }
+        });
+    }
+}
+
+pub async fn handle(
+    app: Arc<App>,
+    request: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
+    let mut response = dispatch(&app, request)
+        .await
+        .unwrap_or_else(ApiError::into_response);
+    add_common_headers(response.headers_mut());
+    Ok(response)
+}
+
+async fn dispatch(app: &App, request: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+    if request.method() == Method::OPTIONS {
+        return Ok(Reply::new(StatusCode::NO_CONTENT)
+            .header("access-control-allow-methods", ALLOWED_METHODS)
+            .header("access-control-allow-headers", ALLOWED_HEADERS)
+            .header("access-control-max-age", "86400")
+            .build());
+    }
+    let target = route::parse(request.uri().path(), &app.config.server.compat_bucket)?;
+    let method = request.method().clone();
+    match (target, method) {
+        (Target::Bucket(bucket), Method::PUT) => handlers::bucket::create(app, bucket).await,
+        (Target::Stream(path), Method::PUT) => handlers::create::handle(app, request, path).await,
+        (Target::Stream(path), Method::POST) => handlers::append::handle(app, request, path).await,
+        (Target::Stream(path), Method::GET) => handlers::read::handle(app, request, path).await,
+        (Target::Stream(path), Method::HEAD) => handlers::meta::head(app, &path),
+        (Target::Stream(path), Method::DELETE) => handlers::meta::delete(app, path).await,
+        (Target::Bootstrap(path), Method::GET) => handlers::snapshot::bootstrap(app, &path),
+        (Target::Snapshot(path, offset), Method::GET) => {
+            handlers::snapshot::read(app, &path, &offset)
+        }
+        (Target::Snapshot(path, offset), Method::PUT) => {
+            handlers::snapshot::publish(app, request, path, &offset).await
+        }
+        (Target::Retention(path, offset), Method::PUT) => {
+            handlers::snapshot::retain(app, path, &offset).await
+        }
+        (target, method) => {
+            let allowed = match target {
+                Target::Bucket(_) => "PUT, OPTIONS",
+                Target::Stream(_) => "PUT, POST, GET, HEAD, DELETE, OPTIONS",
+                Target::Bootstrap(_) => "GET, OPTIONS",
+                Target::Snapshot(..) => "GET, PUT, OPTIONS",
+                Target::Retention(..) => "PUT, OPTIONS",
+            };
+            Err(ApiError::new(
+                ErrorToken::MethodNotAllowed,
+                format!("{method} is not allowed here; allowed: {allowed}"),
+            )
+            .with_header("allow", allowed))
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! Which resource a request path names.
+//!
+//! - `/{bucket}`: the bucket.
+//! - `/{bucket}/{stream}` and its `/bootstrap`, `/snapshot/{offset}`, `/retention/{offset}`.
+//! - `/v1/stream/{name}`: the compatibility family, `{name}` in the configured compat bucket.
+//!   `v1` is not a valid bucket ID (too short), so the families cannot collide.
+
+use ursula_wire::ErrorToken;
+
+use super::error::ApiError;
+use super::names::{is_valid_bucket, is_valid_stream_name, percent_decode};
+use crate::machine::StreamPath;
+
+const COMPAT_PREFIX: &str = "/v1/stream/";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Bucket(String),
+    Stream(StreamPath),
+    Bootstrap(StreamPath),
+    Snapshot(StreamPath, String),
+    Retention(StreamPath, String),
+}
+
+pub fn parse(path: &str, compat_bucket: &str) -> Result<Target, ApiError> {
+    if let Some(name) = path.strip_prefix(COMPAT_PREFIX) {
+        let name = decode_name(name)?;
+        if name == "__ds" || name.starts_with("__ds/") {
+            return Err(ApiError::new(
+                ErrorToken::NotFound,
+                "the __ds subscription APIs are not offered by this server",
+            ));
+        }
+        return Ok(Target::Stream(StreamPath::new(compat_bucket, name)));
+    }
+    let Some(rest) = path.strip_prefix('/') else {
+        return Err(not_found(path));
+    };
+    let segments: Vec<&str> = rest.split('/').collect();
+    let bucket = |raw: &str| -> Result<String, ApiError> {
+        if is_valid_bucket(raw) {
+            Ok(raw.to_owned())
+        } else {
+            Err(ApiError::new(
+                ErrorToken::InvalidBucketId,
+                format!(
+                    "{raw:?} is not a bucket ID: use 3 to 63 characters of a-z, 0-9 and '-', \
+                     starting and ending with a letter or digit"
+                ),
+            ))
+        }
+    };
+    let stream = |b: &str, s: &str| -> Result<StreamPath, ApiError> {
+        Ok(StreamPath::new(bucket(b)?, decode_name(s)?))
+    };
+    match segments.as_slice() {
+        [""] => Err(not_found(path)),
+        [b] => Ok(Target::Bucket(bucket(b)?)),
+        [b, s] => Ok(Target::Stream(stream(b, s)?)),
+        [b, s, "bootstrap"] => Ok(Target::Bootstrap(stream(b, s)?)),
+        [b, s, "snapshot", offset] => Ok(Target::Snapshot(stream(b, s)?, (*offset).to_owned())),
+        [b, s, "retention", offset] => Ok(Target::Retention(stream(b, s)?, (*offset).to_owned())),
+        _ => Err(not_found(path)),
+    }
+}
+
+/// Resolves a `Stream-Forked-From` value: a URL path of either family, or a full URL.
+pub fn parse_stream_reference(value: &str, compat_bucket: &str) -> Result<StreamPath, ApiError> {
+    let mut path = value.trim();
+    for scheme in ["http://", "https://"] {
+        if let Some(rest) = path.strip_prefix(scheme) {
+            path = rest.find('/').map_or("/", |i| &rest[i..]);
+        }
+    }
+    let path = path.split(['?', '#']).next().unwrap_or_default();
+    match parse(path, compat_bucket) {
+        Ok(Target::Stream(stream)) => Ok(stream),
+        _ => Err(ApiError::new(
+            ErrorToken::InvalidForkRequest,
+            format!("Stream-Forked-From {value:?} is not the path of a stream"),
+        )),
+    }
+}
+
+fn decode_name(raw: &str) -> Result<String, ApiError> {
+    let invalid = || {
+        ApiError::new(
+            ErrorToken::InvalidStreamName,
+            format!(
+                "{raw:?} is not a stream name: use 1 to 1024 bytes of UTF-8 in segments that are \
+                 not empty, '.' or '..', without control characters"
+            ),
+        )
+    };
+    let name = percent_decode(raw).ok_or_else(invalid)?;
+    if is_valid_stream_name(&name) {
+        Ok(name)
+    } else {
+        Err(invalid())
+    }
+}
+
+fn not_found(path: &str) -> ApiError {
+    ApiError::new(ErrorToken::NotFound, format!("no route for {path:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stream(b: &str, s: &str) -> StreamPath {
+        StreamPath::new(b, s)
+    }
+
+    #[test]
+    fn routes() {
+        let cases = [
+            ("/demo", Target::Bucket("demo".into())),
+            ("/demo/hello", Target::Stream(stream("demo", "hello"))),
+            ("/demo/a%2Fb", Target::Stream(stream("demo", "a/b"))),
+            (
+                "/demo/hello/bootstrap",
+                Target::Bootstrap(stream("demo", "hello")),
+            ),
+            (
+                "/demo/hello/snapshot/0000000000000000_0000000000000010",
+                Target::Snapshot(
+                    stream("demo", "hello"),
+                    "0000000000000000_0000000000000010".into(),
+                ),
+            ),
+            (
+                "/demo/hello/retention/7",
+                Target::Retention(stream("demo", "hello"), "7".into()),
+            ),
+            ("/v1/stream/x", Target::Stream(stream("default", "x"))),
+            (
+                "/v1/stream/a/b/c",
+                Target::Stream(stream("default", "a/b/c")),
+            ),
+        ];
+        for (path, expected) in cases {
+            assert_eq!(parse(path, "default").unwrap(), expected, "{path}");
+        }
+    }
+
+    #[test]
+    fn refusals_name_the_cause() {
+        let cases = [
+            ("/", ErrorToken::NotFound),
+            ("/ab", ErrorToken::InvalidBucketId),
+            ("/Demo/x", ErrorToken::InvalidBucketId),
+            ("/demo/", ErrorToken::InvalidStreamName),
+            ("/demo/%zz", ErrorToken::InvalidStreamName),
+            ("/demo/..", ErrorToken::InvalidStreamName),
+            ("/demo/x/unknown", ErrorToken::NotFound),
+            ("/v1/stream/", ErrorToken::InvalidStreamName),
+            ("/v1/stream/a//b", ErrorToken::InvalidStreamName),
+            ("/v1/stream/__ds/subscriptions/x", ErrorToken::NotFound),
+        ];
+        for (path, token) in cases {
+            assert_eq!(parse(path, "default").unwrap_err().token, token, "{path}");
+        }
+    }
+
+    #[test]
+    fn fork_references_resolve_in_both_families() {
+        assert_eq!(
+            parse_stream_reference("/v1/stream/src", "default").unwrap(),
+            stream("default", "src")
+        );
+        assert_eq!(
+            parse_stream_reference("http://host:4437/demo/src?x=1", "default").unwrap(),
+            stream("demo", "src")
+        );
+        assert!(parse_stream_reference("/demo", "default").is_err());
+    }
+}

@@ -1,0 +1,161 @@
+//! Appends and closes, with `Stream-Seq` and idempotent producers.
+
+use super::producer::{self, ProducerCheck};
+use super::stream::normalize_content_type;
+use super::{AppendOutcome, AppendStream, Effect, Machine, Outcome, ProducerAck, Refusal};
+
+impl Machine {
+    /// Checks run in this order: producer duplicate and fencing, closed, producer sequence,
+    /// content type, `Stream-Seq`, producer room. The first refusal wins and changes nothing.
+    pub(super) fn append(&mut self, cmd: AppendStream) -> Result<Outcome, Refusal> {
+        let id = self.live_stream(&cmd.path, cmd.now_ms)?;
+        let limits = self.limits;
+        let state = self.streams.get(&id).ok_or_else(|| {
+            // `live_stream` just returned this ID, so the stream is present.
+            Refusal::StreamNotFound(cmd.path.to_string())
+        })?;
+        let meta = &state.meta;
+
+        let mut producer_next = None;
+        if let Some(claim) = &cmd.producer {
+            match producer::check(state.producers.get(&claim.id), claim, cmd.now_ms) {
+                ProducerCheck::Duplicate { epoch, last_seq } => {
+                    let outcome = AppendOutcome {
+                        next_offset: meta.tail,
+                        closed: meta.closed,
+                        producer: Some(ProducerAck {
+                            epoch,
+                            seq: last_seq,
+                        }),
+                        duplicate: true,
+                    };
+                    self.touch_stream(id, cmd.now_ms);
+                    return Ok(Outcome::Appended(outcome));
+                }
+                ProducerCheck::Refuse(fenced @ Refusal::ProducerFenced { .. }) => {
+                    return Err(fenced);
+                }
+                ProducerCheck::Refuse(refusal) => {
+                    if meta.closed {
+                        return Err(Refusal::StreamClosed {
+                            next_offset: meta.tail,
+                        });
+                    }
+                    return Err(refusal);
+                }
+                ProducerCheck::Accept { next } => producer_next = Some((claim.id.clone(), next)),
+            }
+        }
+
+        if meta.closed {
+            if cmd.payload.is_none() && cmd.close && cmd.producer.is_none() {
+                let outcome = AppendOutcome {
+                    next_offset: meta.tail,
+                    closed: true,
+                    producer: None,
+                    duplicate: false,
+                };
+                self.touch_stream(id, cmd.now_ms);
+                return Ok(Outcome::Appended(outcome));
+            }
+            return Err(Refusal::StreamClosed {
+                next_offset: meta.tail,
+            });
+        }
+
+        if cmd.payload.is_some() {
+            let requested = cmd.content_type.as_deref().unwrap_or_default();
+            if normalize_content_type(requested) != normalize_content_type(&meta.content_type) {
+                return Err(Refusal::ContentTypeMismatch {
+                    stream: meta.content_type.clone(),
+                    request: requested.to_owned(),
+                });
+            }
+        }
+
+        if let (Some(received), Some(last)) = (&cmd.stream_seq, &meta.stream_seq)
+            && received.as_bytes() <= last.as_bytes()
+        {
+            return Err(Refusal::StreamSeqConflict {
+                last: last.clone(),
+                received: received.clone(),
+            });
+        }
+
+        let mut evicted = None;
+        if let Some((producer_id, _)) = &producer_next
+            && !state.producers.contains_key(producer_id)
+            && state.producers.len() >= limits.max_producers_per_stream as usize
+        {
+            // Room is made only by evicting the producer idle the longest, and only if it has
+            // been idle for at least `producer_idle_ms`; otherwise the new producer waits.
+            let idlest = state
+                .producers
+                .iter()
+                .min_by(|a, b| a.1.last_write_ms.cmp(&b.1.last_write_ms).then(a.0.cmp(b.0)))
+                .filter(|(_, p)| {
+                    cmd.now_ms.saturating_sub(p.last_write_ms) >= limits.producer_idle_ms
+                })
+                .map(|(id, _)| id.clone());
+            match idlest {
+                Some(victim) => evicted = Some(victim),
+                None => {
+                    return Err(Refusal::TooManyProducers {
+                        limit: limits.max_producers_per_stream,
+                    });
+                }
+            }
+        }
+
+        // Every check passed: apply.
+        let Some(state) = self.streams.get_mut(&id) else {
+            return Err(Refusal::StreamNotFound(cmd.path.to_string()));
+        };
+        let meta = &mut state.meta;
+        let mut effects = Vec::with_capacity(4);
+        if let Some(payload) = cmd.payload {
+            effects.push(Effect::PutRecord {
+                stream_id: id,
+                offset: meta.tail,
+                bytes: payload.bytes.clone(),
+            });
+            meta.tail += payload.bytes.len() as u64;
+        }
+        if cmd.close {
+            meta.closed = true;
+        }
+        if let Some(seq) = cmd.stream_seq {
+            meta.stream_seq = Some(seq);
+        }
+        meta.last_access_ms = meta.last_access_ms.max(cmd.now_ms);
+        if let Some(victim) = evicted {
+            state.producers.remove(&victim);
+            effects.push(Effect::DeleteProducer {
+                stream_id: id,
+                producer_id: victim,
+            });
+        }
+        let mut ack = None;
+        if let Some((producer_id, next)) = producer_next {
+            ack = Some(ProducerAck {
+                epoch: next.epoch,
+                seq: next.last_seq,
+            });
+            state.producers.insert(producer_id.clone(), next);
+            effects.push(Effect::PutProducer {
+                stream_id: id,
+                producer_id,
+                state: next,
+            });
+        }
+        let outcome = AppendOutcome {
+            next_offset: meta.tail,
+            closed: meta.closed,
+            producer: ack,
+            duplicate: false,
+        };
+        self.effects.extend(effects);
+        self.emit_meta(id);
+        Ok(Outcome::Appended(outcome))
+    }
+}

@@ -1,0 +1,107 @@
+//! What the machine is asked to do. Every command carries the proposer's clock (`now_ms`), so
+//! applying the same commands in the same order gives the same state on every replica.
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use super::stream::{ExpiresAt, StreamPath};
+
+/// Bytes to append, already validated and framed for the stream's mode.
+///
+/// In JSON mode `bytes` holds the flattened messages joined by commas (`m1,m2`) and `messages`
+/// counts them; otherwise `bytes` is the body as sent and `messages` is 1.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Payload {
+    pub bytes: Bytes,
+    pub messages: u32,
+}
+
+/// The idempotent-producer triple of an append.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProducerClaim {
+    pub id: String,
+    pub epoch: u64,
+    pub seq: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForkSpec {
+    pub source: StreamPath,
+    /// `None` forks at the source's tail.
+    pub offset: Option<u64>,
+    pub sub_offset: u64,
+    /// With a sub-offset: the leading part of the source record at `offset`, cut by the proposer
+    /// from committed (immutable) data, and the source incarnation it was cut from.
+    pub partial: Option<PartialRecord>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartialRecord {
+    pub source_id: u64,
+    pub payload: Payload,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreateStream {
+    pub path: StreamPath,
+    /// As sent; `None` means the default (octet-stream) or, for a fork, the source's type.
+    pub content_type: Option<String>,
+    pub ttl_secs: Option<u64>,
+    pub expires_at: Option<ExpiresAt>,
+    pub closed: bool,
+    pub initial: Option<Payload>,
+    pub fork: Option<ForkSpec>,
+    pub now_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppendStream {
+    pub path: StreamPath,
+    /// Only checked when there is a payload: a close-only request may carry any type.
+    pub content_type: Option<String>,
+    pub payload: Option<Payload>,
+    pub close: bool,
+    pub stream_seq: Option<String>,
+    pub producer: Option<ProducerClaim>,
+    pub now_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublishSnapshot {
+    pub path: StreamPath,
+    pub offset: u64,
+    pub content_type: String,
+    pub body: Bytes,
+    pub digest: [u8; 32],
+    pub now_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    CreateBucket {
+        bucket: String,
+    },
+    Create(CreateStream),
+    Append(AppendStream),
+    Delete {
+        path: StreamPath,
+        now_ms: u64,
+    },
+    /// Reads reset sliding TTLs; the node batches those resets into this command.
+    Touch {
+        touches: Vec<(u64, u64)>,
+    },
+    ExpireDue {
+        now_ms: u64,
+    },
+    PublishSnapshot(PublishSnapshot),
+    AdvanceRetention {
+        path: StreamPath,
+        offset: u64,
+        now_ms: u64,
+    },
+    /// Deletes every stream of the bucket and fences its ID for good.
+    PurgeBucket {
+        bucket: String,
+    },
+}

@@ -1,0 +1,54 @@
+//! What storage must do so that it holds the machine's new state. The machine emits effects and
+//! performs no I/O; the engine writes all effects of a batch in one transaction.
+
+use bytes::Bytes;
+
+use super::stream::{ProducerState, StreamMeta, StreamPath};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BucketState {
+    Active,
+    Fenced,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    PutBucket {
+        bucket: String,
+        state: BucketState,
+    },
+    SetNextStreamId(u64),
+    PutStream(Box<StreamMeta>),
+    DeleteStream {
+        id: u64,
+        path: StreamPath,
+    },
+    PutRecord {
+        stream_id: u64,
+        offset: u64,
+        bytes: Bytes,
+    },
+    DeleteRecordsBelow {
+        stream_id: u64,
+        offset: u64,
+    },
+    PutProducer {
+        stream_id: u64,
+        producer_id: String,
+        state: ProducerState,
+    },
+    DeleteProducer {
+        stream_id: u64,
+        producer_id: String,
+    },
+    PutSnapshot {
+        stream_id: u64,
+        offset: u64,
+        content_type: String,
+        body: Bytes,
+    },
+    DeleteSnapshot {
+        stream_id: u64,
+        offset: u64,
+    },
+}

@@ -1,0 +1,101 @@
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use ursula_node::config::{Config, parse_duration};
+
+/// Ursula node: durable append-only streams over HTTP (the Durable Streams Protocol).
+///
+/// With no arguments it runs the embedded single-node default: clients on 127.0.0.1:4437,
+/// admin (health, readiness, metrics) on 127.0.0.1:4438, data in ./ursula-data.
+#[derive(Parser, Debug)]
+#[command(name = "ursula-node", version)]
+struct Args {
+    /// TOML config file (keys `node_id`, `data_dir`, `server.*`, `storage.*`, `runtime.*`).
+    /// Flags override it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Client listener address [config: server.listen; default 127.0.0.1:4437].
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
+    /// Admin listener address [config: server.admin_listen; default 127.0.0.1:4438].
+    #[arg(long, value_name = "ADDR")]
+    admin_listen: Option<SocketAddr>,
+    /// Data directory [config: data_dir; default ./ursula-data].
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// How long a long-poll waits for data, e.g. 500ms or 20s
+    /// [config: server.long_poll_timeout; default 20s].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    long_poll_timeout: Option<std::time::Duration>,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let mut config = match &args.config {
+        Some(path) => match Config::from_file(path) {
+            Ok(config) => config,
+            Err(error) => {
+                eprintln!("ursula-node: {error}");
+                return ExitCode::from(2);
+            }
+        },
+        None => Config::default(),
+    };
+    if let Some(listen) = args.listen {
+        config.server.listen = listen;
+    }
+    if let Some(admin) = args.admin_listen {
+        config.server.admin_listen = admin;
+    }
+    if let Some(dir) = args.data_dir {
+        config.data_dir = dir;
+    }
+    if let Some(timeout) = args.long_poll_timeout {
+        config.server.long_poll_timeout = timeout;
+    }
+
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    runtime.enable_all();
+    if let Some(threads) = config.runtime.worker_threads {
+        runtime.worker_threads(threads);
+    }
+    let runtime = match runtime.build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("ursula-node: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let node = match ursula_node::start(config).await {
+            Ok(node) => node,
+            Err(error) => {
+                eprintln!("ursula-node: {error}");
+                return ExitCode::FAILURE;
+            }
+        };
+        tracing::info!(client = %node.client_addr, admin = %node.admin_addr, "ursula-node serving");
+        // Every acknowledged write is already durable, so stopping needs no flush.
+        let _ = shutdown_signal().await;
+        tracing::info!("ursula-node stopping");
+        ExitCode::SUCCESS
+    })
+}
+
+async fn shutdown_signal() -> std::io::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    tokio::select! {
+        _ = term.recv() => Ok(()),
+        result = tokio::signal::ctrl_c() => result,
+    }
+}

@@ -1,0 +1,253 @@
+//! Durable state in one redb file: buckets, stream metadata, producers, records and snapshots.
+//!
+//! Records are keyed by `(stream incarnation ID, start offset)`, so a range scan reads a stream
+//! in order and a re-created stream never sees its predecessor's bytes.
+
+mod codec;
+
+use std::path::Path;
+
+use bytes::Bytes;
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+
+use crate::machine::{Effect, Limits, Machine, StreamState};
+
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+const BUCKETS: TableDefinition<&str, u8> = TableDefinition::new("buckets");
+const STREAMS: TableDefinition<u64, &[u8]> = TableDefinition::new("streams");
+const PRODUCERS: TableDefinition<(u64, &str), &[u8]> = TableDefinition::new("producers");
+const RECORDS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("records");
+const SNAPSHOTS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("snapshots");
+
+const NEXT_STREAM_ID: &str = "next_stream_id";
+
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    #[error("storage: {0}")]
+    Redb(#[from] redb::Error),
+    #[error("storage holds a record it cannot decode: {0}")]
+    Corrupt(String),
+    #[error("storage I/O: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+macro_rules! redb_errors {
+    ($($t:ty),*) => {$(
+        impl From<$t> for StorageError {
+            fn from(e: $t) -> Self {
+                Self::Redb(e.into())
+            }
+        }
+    )*};
+}
+redb_errors!(
+    redb::DatabaseError,
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError,
+    redb::SetDurabilityError
+);
+
+/// One record: its start offset and its bytes.
+pub type Record = (u64, Bytes);
+
+pub struct Store {
+    db: Database,
+}
+
+impl Store {
+    pub fn open(dir: &Path) -> Result<Self, StorageError> {
+        std::fs::create_dir_all(dir)?;
+        let db = Database::builder()
+            .set_cache_size(256 * 1024 * 1024)
+            .create(dir.join("ursula.redb"))?;
+        let txn = db.begin_write()?;
+        txn.open_table(META)?;
+        txn.open_table(BUCKETS)?;
+        txn.open_table(STREAMS)?;
+        txn.open_table(PRODUCERS)?;
+        txn.open_table(RECORDS)?;
+        txn.open_table(SNAPSHOTS)?;
+        txn.commit()?;
+        Ok(Self { db })
+    }
+
+    /// Rebuilds the state machine from the committed state.
+    pub fn load(&self, limits: Limits) -> Result<Machine, StorageError> {
+        let txn = self.db.begin_read()?;
+        let next_id = txn
+            .open_table(META)?
+            .get(NEXT_STREAM_ID)?
+            .map_or(1, |v| v.value());
+        let mut buckets = Vec::new();
+        for entry in txn.open_table(BUCKETS)?.iter()? {
+            let (name, state) = entry?;
+            buckets.push((name.value().to_owned(), codec::bucket_state(state.value())));
+        }
+        let mut streams = std::collections::HashMap::new();
+        for entry in txn.open_table(STREAMS)?.iter()? {
+            let (_, bytes) = entry?;
+            let meta = codec::decode_meta(bytes.value())?;
+            streams.insert(
+                meta.id,
+                StreamState {
+                    meta,
+                    producers: Default::default(),
+                },
+            );
+        }
+        for entry in txn.open_table(PRODUCERS)?.iter()? {
+            let (key, bytes) = entry?;
+            let (stream_id, producer_id) = key.value();
+            if let Some(state) = streams.get_mut(&stream_id) {
+                let producer = codec::decode_producer(bytes.value())?;
+                state.producers.insert(producer_id.to_owned(), producer);
+            }
+        }
+        Ok(Machine::restore(
+            limits,
+            next_id,
+            buckets,
+            streams.into_values(),
+        ))
+    }
+
+    /// Writes the effects of a batch in one transaction. With `durable`, the commit returns
+    /// only after the data is fsynced.
+    pub fn commit(&self, effects: &[Effect], durable: bool) -> Result<(), StorageError> {
+        let mut txn = self.db.begin_write()?;
+        if !durable {
+            txn.set_durability(Durability::None)?;
+        }
+        {
+            let mut meta = txn.open_table(META)?;
+            let mut buckets = txn.open_table(BUCKETS)?;
+            let mut streams = txn.open_table(STREAMS)?;
+            let mut producers = txn.open_table(PRODUCERS)?;
+            let mut records = txn.open_table(RECORDS)?;
+            let mut snapshots = txn.open_table(SNAPSHOTS)?;
+            for effect in effects {
+                match effect {
+                    Effect::PutBucket { bucket, state } => {
+                        buckets.insert(bucket.as_str(), codec::bucket_byte(state))?;
+                    }
+                    Effect::SetNextStreamId(id) => {
+                        meta.insert(NEXT_STREAM_ID, *id)?;
+                    }
+                    Effect::PutStream(stream) => {
+                        streams.insert(stream.id, codec::encode_meta(stream).as_slice())?;
+                    }
+                    Effect::DeleteStream { id, .. } => {
+                        streams.remove(*id)?;
+                        let id = *id;
+                        records.retain_in((id, 0)..=(id, u64::MAX), |_, _| false)?;
+                        snapshots.retain_in((id, 0)..=(id, u64::MAX), |_, _| false)?;
+                        producers.retain_in((id, "")..(id + 1, ""), |_, _| false)?;
+                    }
+                    Effect::PutRecord {
+                        stream_id,
+                        offset,
+                        bytes,
+                    } => {
+                        records.insert((*stream_id, *offset), bytes.as_ref())?;
+                    }
+                    Effect::DeleteRecordsBelow { stream_id, offset } => {
+                        // Keep a record that straddles the new first offset.
+                        let limit = *offset;
+                        records.retain_in((*stream_id, 0)..(*stream_id, limit), |key, value| {
+                            key.1 + value.len() as u64 > limit
+                        })?;
+                    }
+                    Effect::PutProducer {
+                        stream_id,
+                        producer_id,
+                        state,
+                    } => {
+                        producers.insert(
+                            (*stream_id, producer_id.as_str()),
+                            codec::encode_producer(state).as_slice(),
+                        )?;
+                    }
+                    Effect::DeleteProducer {
+                        stream_id,
+                        producer_id,
+                    } => {
+                        producers.remove((*stream_id, producer_id.as_str()))?;
+                    }
+                    Effect::PutSnapshot {
+                        stream_id,
+                        offset,
+                        body,
+                        ..
+                    } => {
+                        snapshots.insert((*stream_id, *offset), body.as_ref())?;
+                    }
+                    Effect::DeleteSnapshot { stream_id, offset } => {
+                        snapshots.remove((*stream_id, *offset))?;
+                    }
+                }
+            }
+        }
+        txn.commit()?;
+        Ok(())
+    }
+
+    /// Records of a stream overlapping `[from, until)`, in order, stopping once `max_bytes` are
+    /// collected (at least one record is returned when any overlaps).
+    pub fn read_records(
+        &self,
+        stream_id: u64,
+        from: u64,
+        until: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<Record>, StorageError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(RECORDS)?;
+        let mut out = Vec::new();
+        let mut total = 0usize;
+        // The record that contains `from` may start before it.
+        if let Some(entry) = table.range((stream_id, 0)..=(stream_id, from))?.next_back() {
+            let (key, value) = entry?;
+            let (_, start) = key.value();
+            let bytes = value.value();
+            if start < from && start + bytes.len() as u64 > from {
+                total += bytes.len();
+                out.push((start, Bytes::copy_from_slice(bytes)));
+            }
+        }
+        if total >= max_bytes || from >= until {
+            return Ok(out);
+        }
+        for entry in table.range((stream_id, from)..(stream_id, until))? {
+            let (key, value) = entry?;
+            let bytes = value.value();
+            total += bytes.len();
+            out.push((key.value().1, Bytes::copy_from_slice(bytes)));
+            if total >= max_bytes {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The record that starts exactly at `offset`, if any.
+    pub fn record_at(&self, stream_id: u64, offset: u64) -> Result<Option<Bytes>, StorageError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(RECORDS)?;
+        Ok(table
+            .get((stream_id, offset))?
+            .map(|value| Bytes::copy_from_slice(value.value())))
+    }
+
+    pub fn snapshot(&self, stream_id: u64, offset: u64) -> Result<Option<Bytes>, StorageError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(SNAPSHOTS)?;
+        Ok(table
+            .get((stream_id, offset))?
+            .map(|value| Bytes::copy_from_slice(value.value())))
+    }
+}
+
+#[cfg(test)]
+mod tests;

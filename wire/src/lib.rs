@@ -1,0 +1,51 @@
+//! The wire contract shared by every Ursula process: header names, the stable error tokens that
+//! name each refusal, and the JSON error body. Node and gateway both depend on this crate and on
+//! nothing of each other, so a token can never be spelled two ways.
+
+pub mod headers;
+mod token;
+
+pub use token::ErrorToken;
+
+use serde::{Deserialize, Serialize};
+
+/// The body of every error response: `{"error": "<Token>", "message": "..."}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: String,
+    pub message: String,
+}
+
+impl ErrorBody {
+    pub fn new(token: ErrorToken, message: impl Into<String>) -> Self {
+        Self {
+            error: token.as_str().to_owned(),
+            message: message.into(),
+        }
+    }
+
+    pub fn to_json(&self) -> Vec<u8> {
+        // Serialising two strings into a Vec cannot fail.
+        serde_json::to_vec(self).unwrap_or_else(|_| b"{\"error\":\"Internal\"}".to_vec())
+    }
+}
+
+/// Ports of the configuration contract.
+pub mod ports {
+    pub const CLIENT: u16 = 4437;
+    pub const ADMIN: u16 = 4438;
+    pub const CLUSTER: u16 = 4439;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_body_is_the_documented_json_shape() {
+        let body = ErrorBody::new(ErrorToken::StreamNotFound, "stream demo/x does not exist");
+        let value: serde_json::Value = serde_json::from_slice(&body.to_json()).unwrap();
+        assert_eq!(value["error"], "StreamNotFound");
+        assert_eq!(value["message"], "stream demo/x does not exist");
+    }
+}

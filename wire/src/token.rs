@@ -1,0 +1,145 @@
+/// Every stable error token Ursula sends, in the `error` field of the JSON body and, for the
+/// refusals that applied nothing, as the value of `x-ursula-not-applied`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorToken {
+    // 400
+    InvalidBucketId,
+    InvalidStreamName,
+    InvalidOffset,
+    InvalidHeader,
+    InvalidJson,
+    EmptyBody,
+    MissingContentType,
+    InvalidProducer,
+    InvalidForkRequest,
+    // 404
+    NotFound,
+    BucketNotFound,
+    StreamNotFound,
+    SnapshotNotFound,
+    ForkSourceNotFound,
+    // 405
+    MethodNotAllowed,
+    // 403
+    ProducerEpochFenced,
+    // 409
+    StreamConflict,
+    ContentTypeMismatch,
+    StreamClosed,
+    StreamSeqConflict,
+    ProducerSeqGap,
+    ForkSourceDeleted,
+    SnapshotConflict,
+    // 410
+    StreamDeleted,
+    OffsetNotRetained,
+    // 413
+    RequestBodyTooLarge,
+    // 429
+    TooManyProducers,
+    // 500
+    Internal,
+    // 503
+    Unavailable,
+    WalDiskPressure,
+    RaftLogPressure,
+    IngressBodyBytesLimitReached,
+    NotLeader,
+    GroupNotHosted,
+    RaftUncommittedBackpressure,
+    ColdBackpressure,
+    LeaderNotFound,
+}
+
+impl ErrorToken {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::InvalidBucketId => "InvalidBucketId",
+            Self::InvalidStreamName => "InvalidStreamName",
+            Self::InvalidOffset => "InvalidOffset",
+            Self::InvalidHeader => "InvalidHeader",
+            Self::InvalidJson => "InvalidJson",
+            Self::EmptyBody => "EmptyBody",
+            Self::MissingContentType => "MissingContentType",
+            Self::InvalidProducer => "InvalidProducer",
+            Self::InvalidForkRequest => "InvalidForkRequest",
+            Self::NotFound => "NotFound",
+            Self::BucketNotFound => "BucketNotFound",
+            Self::StreamNotFound => "StreamNotFound",
+            Self::SnapshotNotFound => "SnapshotNotFound",
+            Self::ForkSourceNotFound => "ForkSourceNotFound",
+            Self::MethodNotAllowed => "MethodNotAllowed",
+            Self::ProducerEpochFenced => "ProducerEpochFenced",
+            Self::StreamConflict => "StreamConflict",
+            Self::ContentTypeMismatch => "ContentTypeMismatch",
+            Self::StreamClosed => "StreamClosed",
+            Self::StreamSeqConflict => "StreamSeqConflict",
+            Self::ProducerSeqGap => "ProducerSeqGap",
+            Self::ForkSourceDeleted => "ForkSourceDeleted",
+            Self::SnapshotConflict => "SnapshotConflict",
+            Self::StreamDeleted => "StreamDeleted",
+            Self::OffsetNotRetained => "OffsetNotRetained",
+            Self::RequestBodyTooLarge => "RequestBodyTooLarge",
+            Self::TooManyProducers => "TooManyProducers",
+            Self::Internal => "Internal",
+            Self::Unavailable => "Unavailable",
+            Self::WalDiskPressure => "WalDiskPressure",
+            Self::RaftLogPressure => "RaftLogPressure",
+            Self::IngressBodyBytesLimitReached => "IngressBodyBytesLimitReached",
+            Self::NotLeader => "NotLeader",
+            Self::GroupNotHosted => "GroupNotHosted",
+            Self::RaftUncommittedBackpressure => "RaftUncommittedBackpressure",
+            Self::ColdBackpressure => "ColdBackpressure",
+            Self::LeaderNotFound => "LeaderNotFound",
+        }
+    }
+
+    /// The HTTP status each token is sent with. `NotLeader` and `GroupNotHosted` are also sent
+    /// as 307 redirects; this is their status when no redirect target is known.
+    pub const fn status(self) -> u16 {
+        match self {
+            Self::InvalidBucketId
+            | Self::InvalidStreamName
+            | Self::InvalidOffset
+            | Self::InvalidHeader
+            | Self::InvalidJson
+            | Self::EmptyBody
+            | Self::MissingContentType
+            | Self::InvalidProducer
+            | Self::InvalidForkRequest => 400,
+            Self::NotFound
+            | Self::BucketNotFound
+            | Self::StreamNotFound
+            | Self::SnapshotNotFound
+            | Self::ForkSourceNotFound => 404,
+            Self::MethodNotAllowed => 405,
+            Self::ProducerEpochFenced => 403,
+            Self::StreamConflict
+            | Self::ContentTypeMismatch
+            | Self::StreamClosed
+            | Self::StreamSeqConflict
+            | Self::ProducerSeqGap
+            | Self::ForkSourceDeleted
+            | Self::SnapshotConflict => 409,
+            Self::StreamDeleted | Self::OffsetNotRetained => 410,
+            Self::RequestBodyTooLarge => 413,
+            Self::TooManyProducers => 429,
+            Self::Internal => 500,
+            Self::Unavailable
+            | Self::WalDiskPressure
+            | Self::RaftLogPressure
+            | Self::IngressBodyBytesLimitReached
+            | Self::NotLeader
+            | Self::GroupNotHosted
+            | Self::RaftUncommittedBackpressure
+            | Self::ColdBackpressure
+            | Self::LeaderNotFound => 503,
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
