@@ -43,7 +43,7 @@ async fn handle(
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
     let mut response = route(&admin, &request).unwrap_or_else(ApiError::into_response);
-    add_common_headers(response.headers_mut());
+    add_common_headers(response.headers_mut(), false);
     Ok(response)
 }
 

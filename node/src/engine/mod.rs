@@ -1,6 +1,7 @@
 //! The engine: one state machine, one writer thread with group commit, and the published
 //! state that readers use.
 
+mod applier;
 mod metrics;
 mod read;
 mod registry;
@@ -18,13 +19,19 @@ pub use read::{ReadError, Slice};
 pub use registry::StreamHandle;
 
 use crate::machine::{BucketState, Command, Limits, Outcome, Refusal, StreamMeta, StreamPath};
+use crate::storage::wal::{Replay, Wal};
 use crate::storage::{StorageError, Store};
+use applier::Applier;
 use registry::Registry;
 use touch::TouchTracker;
 use writer::{Proposal, Writer};
 
 /// Proposals waiting for the writer; beyond this, proposers wait (backpressure).
 const INBOX_CAPACITY: usize = 16 * 1024;
+/// WAL segment files are this large, zero-filled ahead of use.
+const WAL_SEGMENT_SIZE: u64 = 64 * 1024 * 1024;
+/// Durable batches waiting for the applier; beyond this the writer waits.
+const APPLIER_BACKLOG: usize = 4096;
 /// Memory for tail caches across all streams.
 const TAIL_CACHE_BYTES: usize = 256 * 1024 * 1024;
 
@@ -66,27 +73,77 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// Applies the WAL records the checkpointed state does not include, and makes the result
+/// durable, so the WAL before it may go.
+fn recover(
+    store: &Store,
+    mut machine: crate::machine::Machine,
+    applied: u64,
+    replay: Vec<Replay>,
+) -> Result<crate::machine::Machine, EngineError> {
+    let mut effects = Vec::new();
+    let mut last = applied;
+    for record in replay.into_iter().filter(|r| r.seq > applied) {
+        let commands: Vec<Command> = postcard::from_bytes(&record.payload).map_err(|e| {
+            EngineError::Storage(format!("WAL record {} does not decode: {e}", record.seq))
+        })?;
+        for command in commands {
+            effects.extend(machine.apply(command).effects);
+        }
+        last = record.seq;
+    }
+    if last > applied {
+        tracing::info!(
+            records = last - applied,
+            "replayed the WAL past the last checkpoint"
+        );
+        store.commit(&effects, last, true)?;
+    }
+    Ok(machine)
+}
+
 impl Engine {
-    /// Opens storage, restores the machine and starts the writer thread.
+    /// Opens storage, restores the machine (replaying the WAL past the last checkpoint) and
+    /// starts the writer thread.
     pub fn open(data_dir: &Path, limits: Limits) -> Result<Arc<Self>, EngineError> {
         let store = Arc::new(Store::open(data_dir)?);
-        let machine = store.load(limits)?;
-        let registry = Arc::new(Registry::new(TAIL_CACHE_BYTES));
+        let (machine, applied) = store.load(limits)?;
+        let (mut wal, replay) = Wal::open(&data_dir.join("wal"), WAL_SEGMENT_SIZE)
+            .map_err(|e| EngineError::Storage(format!("cannot open the WAL: {e}")))?;
+        let machine = recover(&store, machine, applied, replay)?;
+        wal.continue_after(applied);
+        let stored = wal.last_seq();
+        let registry = Arc::new(Registry::new(TAIL_CACHE_BYTES, stored));
         registry.reset(machine.buckets(), machine.streams().map(|s| &s.meta));
         let touches = Arc::new(TouchTracker::default());
         let metrics = Arc::new(Metrics::default());
         let (inbox, rx) = mpsc::channel(INBOX_CAPACITY);
+        let checkpointed = Arc::new(std::sync::atomic::AtomicU64::new(stored));
+        let (to_applier, applier_inbox) = std::sync::mpsc::sync_channel(APPLIER_BACKLOG);
+        let applier = Applier {
+            store: store.clone(),
+            registry: registry.clone(),
+            checkpointed: checkpointed.clone(),
+        };
         let writer = Writer {
             machine,
-            store: store.clone(),
+            wal,
             registry: registry.clone(),
             touches: touches.clone(),
             metrics: metrics.clone(),
+            applier: to_applier,
+            checkpointed,
         };
+        let spawn_error =
+            |e: std::io::Error| EngineError::Storage(format!("cannot start a thread: {e}"));
+        std::thread::Builder::new()
+            .name("ursula-applier".into())
+            .spawn(move || applier.run(applier_inbox))
+            .map_err(spawn_error)?;
         std::thread::Builder::new()
             .name("ursula-writer".into())
             .spawn(move || writer.run(rx))
-            .map_err(|e| EngineError::Storage(format!("cannot start the writer: {e}")))?;
+            .map_err(spawn_error)?;
         Ok(Arc::new(Self {
             inbox,
             store,
@@ -137,11 +194,14 @@ impl Engine {
         self.registry.stream_by_id(id)
     }
 
-    pub fn snapshot(
+    /// A snapshot body. Bodies are read from redb, so this first waits until redb holds the
+    /// stream's latest change.
+    pub async fn snapshot(
         &self,
-        stream_id: u64,
+        handle: &StreamHandle,
         offset: u64,
     ) -> Result<Option<bytes::Bytes>, EngineError> {
-        Ok(self.store.snapshot(stream_id, offset)?)
+        self.registry.wait_stored(handle.changed_seq()).await;
+        Ok(self.store.snapshot(handle.id, offset)?)
     }
 }

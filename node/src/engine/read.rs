@@ -91,8 +91,23 @@ impl Engine {
         if pos >= until {
             return Ok(out);
         }
+        // Recent records are in the tail cache (those redb does not hold yet always are);
+        // older ones come from redb.
         let records = match handle.and_then(|h| h.cached(pos, until, budget)) {
-            Some(records) => records,
+            Some((first, cached)) if first <= pos => cached,
+            Some((first, cached)) => {
+                let mut records =
+                    self.store
+                        .read_records(meta.id, pos, first.min(until), budget)?;
+                let stored_end = records
+                    .last()
+                    .map_or(pos, |(start, bytes)| start + bytes.len() as u64);
+                let stored_bytes: usize = records.iter().map(|(_, b)| b.len()).sum();
+                if stored_end >= first && stored_bytes < budget {
+                    records.extend(cached);
+                }
+                records
+            }
             None => self.store.read_records(meta.id, pos, until, budget)?,
         };
         let json = meta.is_json();

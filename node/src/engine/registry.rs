@@ -1,10 +1,13 @@
-//! What readers see: the committed state of every stream, published by the writer after each
-//! batch is durable. Readers never look at the state machine itself, so they can never observe
-//! a write that is not yet fsynced.
+//! What readers see: the state of every stream as of the last durable batch, published by the
+//! writer right after the batch's WAL fsync. Readers never look at the state machine itself, so
+//! they can never observe a write that is not yet durable.
+//!
+//! Records reach redb a little later (the applier thread). Until they have, they are pinned in
+//! the stream's tail cache, so every record is always readable from the cache or from redb.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU64, Ordering};
 
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
@@ -13,15 +16,22 @@ use tokio::sync::watch;
 use crate::machine::{BucketState, Effect, StreamMeta, StreamPath};
 use crate::storage::Record;
 
-/// Recent records of a stream kept in memory so tail readers (long-poll, SSE fan-out) do not
-/// go to storage. It always covers a contiguous range ending at the tail.
-#[derive(Default)]
-struct TailCache {
-    records: VecDeque<Record>,
-    bytes: usize,
+/// Records a stream keeps in memory beyond what must stay pinned.
+const CACHE_BYTES_PER_STREAM: usize = 256 * 1024;
+
+struct CachedRecord {
+    offset: u64,
+    bytes: Bytes,
+    /// The WAL record it was written in; pinned until redb holds that record.
+    seq: u64,
 }
 
-const CACHE_BYTES_PER_STREAM: usize = 256 * 1024;
+/// Recent records of a stream. It always covers a contiguous range that ends at the tail.
+#[derive(Default)]
+struct TailCache {
+    records: VecDeque<CachedRecord>,
+    bytes: usize,
+}
 
 pub struct StreamHandle {
     pub id: u64,
@@ -31,11 +41,13 @@ pub struct StreamHandle {
     removed: AtomicBool,
     /// The latest read of a TTL stream, ahead of what the machine knows until the touch lands.
     last_read_ms: AtomicU64,
+    /// The WAL record that last changed this stream.
+    changed_seq: AtomicU64,
     cache: Mutex<TailCache>,
 }
 
 impl StreamHandle {
-    fn new(meta: StreamMeta) -> Self {
+    fn new(meta: StreamMeta, seq: u64) -> Self {
         let (version, _) = watch::channel(0);
         Self {
             id: meta.id,
@@ -43,6 +55,7 @@ impl StreamHandle {
             meta: RwLock::new(Arc::new(meta)),
             version,
             removed: AtomicBool::new(false),
+            changed_seq: AtomicU64::new(seq),
             cache: Mutex::new(TailCache::default()),
         }
     }
@@ -59,6 +72,10 @@ impl StreamHandle {
         self.version.subscribe()
     }
 
+    pub fn changed_seq(&self) -> u64 {
+        self.changed_seq.load(Ordering::Acquire)
+    }
+
     pub fn last_access_ms(&self, meta: &StreamMeta) -> u64 {
         meta.last_access_ms
             .max(self.last_read_ms.load(Ordering::Relaxed))
@@ -68,56 +85,79 @@ impl StreamHandle {
         self.last_read_ms.fetch_max(now_ms, Ordering::Relaxed);
     }
 
-    /// Cached records overlapping `[from, until)`, or `None` when the cache does not reach back
-    /// to `from`.
-    pub fn cached(&self, from: u64, until: u64, max_bytes: usize) -> Option<Vec<Record>> {
+    /// The first offset the cache holds, and its records overlapping `[from, until)` (from
+    /// that first offset on, when `from` is below it).
+    pub fn cached(&self, from: u64, until: u64, max_bytes: usize) -> Option<(u64, Vec<Record>)> {
         let cache = self.cache.lock();
-        let first = cache.records.front()?.0;
-        if from < first {
-            return None;
-        }
+        let first = cache.records.front()?.offset;
         let mut out = Vec::new();
         let mut total = 0;
-        for (start, bytes) in &cache.records {
-            let end = start + bytes.len() as u64;
+        for record in &cache.records {
+            let end = record.offset + record.bytes.len() as u64;
             if end <= from {
                 continue;
             }
-            if *start >= until {
+            if record.offset >= until || total >= max_bytes {
                 break;
             }
-            total += bytes.len();
-            out.push((*start, bytes.clone()));
-            if total >= max_bytes {
+            total += record.bytes.len();
+            out.push((record.offset, record.bytes.clone()));
+        }
+        Some((first, out))
+    }
+
+    fn push_cached(&self, record: CachedRecord, registry: &Registry) {
+        let mut cache = self.cache.lock();
+        registry
+            .cache_budget
+            .fetch_sub(record.bytes.len() as isize, Ordering::Relaxed);
+        cache.bytes += record.bytes.len();
+        cache.records.push_back(record);
+        Self::trim(&mut cache, registry);
+    }
+
+    /// Evicts the oldest records while over the per-stream or global budget, never one that
+    /// redb does not hold yet.
+    fn trim(cache: &mut TailCache, registry: &Registry) {
+        let stored = registry.stored_seq();
+        while cache.bytes > CACHE_BYTES_PER_STREAM
+            || registry.cache_budget.load(Ordering::Relaxed) < 0
+        {
+            match cache.records.front() {
+                Some(oldest) if oldest.seq <= stored => {
+                    let len = oldest.bytes.len();
+                    cache.records.pop_front();
+                    cache.bytes -= len;
+                    registry
+                        .cache_budget
+                        .fetch_add(len as isize, Ordering::Relaxed);
+                }
+                _ => break,
+            }
+        }
+    }
+
+    /// Drops records wholly below `offset` (after a retention advance).
+    fn drop_below(&self, offset: u64, registry: &Registry) {
+        let mut cache = self.cache.lock();
+        while let Some(oldest) = cache.records.front() {
+            if oldest.offset + oldest.bytes.len() as u64 > offset {
                 break;
             }
-        }
-        Some(out)
-    }
-
-    fn push_cached(&self, offset: u64, bytes: Bytes, budget: &AtomicUsize) {
-        let mut cache = self.cache.lock();
-        let len = bytes.len();
-        if len > CACHE_BYTES_PER_STREAM || budget.load(Ordering::Relaxed) < len {
-            budget.fetch_add(cache.bytes, Ordering::Relaxed);
-            cache.records.clear();
-            cache.bytes = 0;
-            return;
-        }
-        budget.fetch_sub(len, Ordering::Relaxed);
-        cache.records.push_back((offset, bytes));
-        cache.bytes += len;
-        while cache.bytes > CACHE_BYTES_PER_STREAM {
-            if let Some((_, old)) = cache.records.pop_front() {
-                cache.bytes -= old.len();
-                budget.fetch_add(old.len(), Ordering::Relaxed);
-            }
+            let len = oldest.bytes.len();
+            cache.records.pop_front();
+            cache.bytes -= len;
+            registry
+                .cache_budget
+                .fetch_add(len as isize, Ordering::Relaxed);
         }
     }
 
-    fn clear_cache(&self, budget: &AtomicUsize) {
+    fn clear_cache(&self, registry: &Registry) {
         let mut cache = self.cache.lock();
-        budget.fetch_add(cache.bytes, Ordering::Relaxed);
+        registry
+            .cache_budget
+            .fetch_add(cache.bytes as isize, Ordering::Relaxed);
         cache.records.clear();
         cache.bytes = 0;
     }
@@ -136,14 +176,17 @@ struct Maps {
 
 pub struct Registry {
     maps: RwLock<Maps>,
-    cache_budget: AtomicUsize,
+    cache_budget: AtomicIsize,
+    /// The last WAL record redb holds (readable by new read transactions).
+    stored: watch::Sender<u64>,
 }
 
 impl Registry {
-    pub fn new(cache_bytes: usize) -> Self {
+    pub fn new(cache_bytes: usize, stored_seq: u64) -> Self {
         Self {
             maps: RwLock::new(Maps::default()),
-            cache_budget: AtomicUsize::new(cache_bytes),
+            cache_budget: AtomicIsize::new(cache_bytes as isize),
+            stored: watch::channel(stored_seq).0,
         }
     }
 
@@ -159,7 +202,22 @@ impl Registry {
         self.maps.read().buckets.get(bucket).cloned()
     }
 
-    /// Replaces everything (start-up, or recovery after a failed commit).
+    pub fn stored_seq(&self) -> u64 {
+        *self.stored.borrow()
+    }
+
+    /// Waits until redb holds WAL record `seq`.
+    pub async fn wait_stored(&self, seq: u64) {
+        let mut stored = self.stored.subscribe();
+        let _ = stored.wait_for(|s| *s >= seq).await;
+    }
+
+    /// Called by the applier once redb holds everything up to `seq`.
+    pub fn set_stored(&self, seq: u64) {
+        self.stored.send_replace(seq);
+    }
+
+    /// Replaces everything (start-up); redb holds all of it.
     pub fn reset<'a>(
         &self,
         buckets: impl Iterator<Item = (&'a String, &'a BucketState)>,
@@ -168,13 +226,14 @@ impl Registry {
         let mut maps = self.maps.write();
         for handle in maps.by_id.values() {
             handle.removed.store(true, Ordering::Release);
-            handle.clear_cache(&self.cache_budget);
+            handle.clear_cache(self);
             handle.notify();
         }
         *maps = Maps::default();
         maps.buckets = buckets.map(|(k, v)| (k.clone(), v.clone())).collect();
+        let seq = self.stored_seq();
         for meta in streams {
-            let handle = Arc::new(StreamHandle::new(meta.clone()));
+            let handle = Arc::new(StreamHandle::new(meta.clone(), seq));
             if !meta.soft_deleted || !maps.by_path.contains_key(&meta.path) {
                 maps.by_path.insert(meta.path.clone(), handle.clone());
             }
@@ -182,53 +241,65 @@ impl Registry {
         }
     }
 
-    /// Publishes the effects of a durable batch and wakes the readers of changed streams.
-    pub fn publish(&self, effects: Vec<Effect>) {
+    /// Publishes the effects of WAL record `seq`, now durable, and wakes the readers of the
+    /// streams it changed.
+    pub fn publish(&self, effects: &[Effect], seq: u64) {
         let mut changed: Vec<Arc<StreamHandle>> = Vec::new();
-        let mut records = Vec::new();
         {
             let mut maps = self.maps.write();
             for effect in effects {
                 match effect {
                     Effect::PutStream(meta) => {
-                        let meta = *meta;
-                        if let Some(handle) = maps.by_id.get(&meta.id).cloned() {
-                            if meta.retained_from > handle.meta.read().retained_from {
-                                handle.clear_cache(&self.cache_budget);
+                        let meta = Arc::new((**meta).clone());
+                        let handle = match maps.by_id.get(&meta.id).cloned() {
+                            Some(handle) => {
+                                let retained_from = handle.meta.read().retained_from;
+                                if meta.retained_from > retained_from {
+                                    handle.drop_below(meta.retained_from, self);
+                                }
+                                *handle.meta.write() = meta;
+                                handle
                             }
-                            *handle.meta.write() = Arc::new(meta);
-                            changed.push(handle);
-                        } else {
-                            let handle = Arc::new(StreamHandle::new(meta.clone()));
-                            maps.by_path.insert(meta.path.clone(), handle.clone());
-                            maps.by_id.insert(meta.id, handle.clone());
-                            changed.push(handle);
-                        }
+                            None => {
+                                let handle = Arc::new(StreamHandle::new((*meta).clone(), seq));
+                                maps.by_path.insert(meta.path.clone(), handle.clone());
+                                maps.by_id.insert(meta.id, handle.clone());
+                                handle
+                            }
+                        };
+                        handle.changed_seq.store(seq, Ordering::Release);
+                        changed.push(handle);
                     }
                     Effect::DeleteStream { id, path } => {
-                        if let Some(handle) = maps.by_id.remove(&id) {
+                        if let Some(handle) = maps.by_id.remove(id) {
                             handle.removed.store(true, Ordering::Release);
-                            handle.clear_cache(&self.cache_budget);
+                            handle.clear_cache(self);
                             changed.push(handle);
                         }
-                        if maps.by_path.get(&path).is_some_and(|h| h.id == id) {
-                            maps.by_path.remove(&path);
+                        if maps.by_path.get(path).is_some_and(|h| h.id == *id) {
+                            maps.by_path.remove(path);
                         }
                     }
                     Effect::PutBucket { bucket, state } => {
-                        maps.buckets.insert(bucket, state);
+                        maps.buckets.insert(bucket.clone(), state.clone());
                     }
-                    Effect::PutRecord {
-                        stream_id,
-                        offset,
-                        bytes,
-                    } => records.push((stream_id, offset, bytes)),
                     _ => {}
                 }
             }
-            for (stream_id, offset, bytes) in records {
-                if let Some(handle) = maps.by_id.get(&stream_id) {
-                    handle.push_cached(offset, bytes, &self.cache_budget);
+            for effect in effects {
+                if let Effect::PutRecord {
+                    stream_id,
+                    offset,
+                    bytes,
+                } = effect
+                    && let Some(handle) = maps.by_id.get(stream_id)
+                {
+                    let record = CachedRecord {
+                        offset: *offset,
+                        bytes: bytes.clone(),
+                        seq,
+                    };
+                    handle.push_cached(record, self);
                 }
             }
         }

@@ -1,8 +1,12 @@
 //! The single writer: applies commands to the state machine in batches and makes each batch
-//! durable with one fsync (group commit) before anyone sees its results.
+//! durable with one WAL append and one fsync (group commit). Then it publishes the batch to
+//! readers, answers its proposers, and hands the effects to the applier, which writes them to
+//! redb off the request path. After a crash, start-up replays the WAL records past redb's last
+//! checkpoint through the same deterministic state machine.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::SyncSender;
 use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot};
@@ -11,10 +15,10 @@ use super::registry::Registry;
 use super::touch::TouchTracker;
 use super::{EngineError, Metrics};
 use crate::machine::{Command, Effect, Machine, Outcome, Refusal};
-use crate::storage::Store;
+use crate::storage::wal::Wal;
 
 /// Commands taken into one batch at most; more wait for the next fsync.
-const MAX_BATCH: usize = 4096;
+const MAX_BATCH: usize = 1024;
 
 pub struct Proposal {
     pub command: Command,
@@ -23,10 +27,12 @@ pub struct Proposal {
 
 pub struct Writer {
     pub machine: Machine,
-    pub store: Arc<Store>,
+    pub wal: Wal,
     pub registry: Arc<Registry>,
     pub touches: Arc<TouchTracker>,
     pub metrics: Arc<Metrics>,
+    pub applier: SyncSender<(u64, Vec<Effect>)>,
+    pub checkpointed: Arc<AtomicU64>,
 }
 
 impl Writer {
@@ -41,20 +47,34 @@ impl Writer {
                 }
             }
             self.commit_batch(&mut batch);
+            self.wal
+                .purge_through(self.checkpointed.load(Ordering::Acquire));
         }
     }
 
     fn commit_batch(&mut self, batch: &mut Vec<Proposal>) {
-        let mut effects: Vec<Effect> = Vec::new();
+        let mut commands: Vec<Command> = Vec::with_capacity(batch.len() + 1);
         let touches = self.touches.drain();
         if !touches.is_empty() {
-            effects.extend(self.machine.apply(Command::Touch { touches }).effects);
+            commands.push(Command::Touch { touches });
         }
-        let mut results: Vec<Result<Outcome, Refusal>> = Vec::with_capacity(batch.len());
+        let replies: Vec<_> = batch
+            .drain(..)
+            .map(|proposal| {
+                commands.push(proposal.command);
+                proposal.reply
+            })
+            .collect();
+        // The WAL record is the batch's commands, encoded before they are applied.
+        let record = postcard::to_allocvec(&commands);
+
+        let mut effects: Vec<Effect> = Vec::new();
+        let mut results: Vec<Result<Outcome, Refusal>> = Vec::with_capacity(replies.len());
+        let first_reply = commands.len() - replies.len();
         let mut appends = 0u64;
         let mut appended_bytes = 0u64;
-        for proposal in batch.iter() {
-            let applied = self.machine.apply(proposal.command.clone());
+        for (i, command) in commands.into_iter().enumerate() {
+            let applied = self.machine.apply(command);
             for effect in &applied.effects {
                 if let Effect::PutRecord { bytes, .. } = effect {
                     appends += 1;
@@ -62,24 +82,29 @@ impl Writer {
                 }
             }
             effects.extend(applied.effects);
-            results.push(applied.result);
+            if i >= first_reply {
+                results.push(applied.result);
+            }
         }
         self.metrics
             .commands
-            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            .fetch_add(replies.len() as u64, Ordering::Relaxed);
 
+        // A batch without effects changed nothing and needs no write.
         if !effects.is_empty() {
+            let seq = self.wal.last_seq() + 1;
             let started = Instant::now();
-            if let Err(error) = self.store.commit(&effects, true) {
-                tracing::error!(%error, "commit failed; the batch is refused and state reloaded");
-                self.metrics.commit_failures.fetch_add(1, Ordering::Relaxed);
-                for proposal in batch.drain(..) {
-                    let _ = proposal
-                        .reply
-                        .send(Err(EngineError::Storage(error.to_string())));
+            let written = record
+                .map_err(|e| e.to_string())
+                .and_then(|record| self.wal.append(seq, &record).map_err(|e| e.to_string()));
+            if let Err(error) = written {
+                // The machine is ahead of the log and the page cache cannot be trusted after a
+                // failed sync: refuse the batch and restart, which recovers from the WAL.
+                tracing::error!(%error, "WAL write failed; exiting to recover");
+                for reply in replies {
+                    let _ = reply.send(Err(EngineError::Storage(error.clone())));
                 }
-                self.reload();
-                return;
+                std::process::exit(70);
             }
             self.metrics.observe_fsync(started.elapsed());
             self.metrics.batches.fetch_add(1, Ordering::Relaxed);
@@ -87,27 +112,18 @@ impl Writer {
             self.metrics
                 .appended_bytes
                 .fetch_add(appended_bytes, Ordering::Relaxed);
-            self.registry.publish(effects);
-        }
-        for (proposal, result) in batch.drain(..).zip(results) {
-            let _ = proposal.reply.send(result.map_err(EngineError::Refused));
-        }
-    }
-
-    /// After a failed commit the machine is ahead of storage: rebuild it from what is durable.
-    fn reload(&mut self) {
-        match self.store.load(self.machine.limits()) {
-            Ok(machine) => {
-                self.machine = machine;
-                self.registry.reset(
-                    self.machine.buckets(),
-                    self.machine.streams().map(|s| &s.meta),
-                );
+            self.registry.publish(&effects, seq);
+            for (reply, result) in replies.into_iter().zip(results) {
+                let _ = reply.send(result.map_err(EngineError::Refused));
             }
-            Err(error) => {
-                tracing::error!(%error, "cannot reload state after a failed commit; exiting");
+            if self.applier.send((seq, effects)).is_err() {
+                tracing::error!("the applier stopped; exiting to recover");
                 std::process::exit(70);
             }
+            return;
+        }
+        for (reply, result) in replies.into_iter().zip(results) {
+            let _ = reply.send(result.map_err(EngineError::Refused));
         }
     }
 }

@@ -60,16 +60,18 @@ pub async fn handle(
     app: Arc<App>,
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
+    let cors = request.headers().contains_key(http::header::ORIGIN);
     let mut response = dispatch(&app, request)
         .await
         .unwrap_or_else(ApiError::into_response);
-    add_common_headers(response.headers_mut());
+    add_common_headers(response.headers_mut(), cors);
     Ok(response)
 }
 
 async fn dispatch(app: &App, request: Request<Incoming>) -> Result<Response<Body>, ApiError> {
     if request.method() == Method::OPTIONS {
         return Ok(Reply::new(StatusCode::NO_CONTENT)
+            .header("access-control-allow-origin", "*")
             .header("access-control-allow-methods", ALLOWED_METHODS)
             .header("access-control-allow-headers", ALLOWED_HEADERS)
             .header("access-control-max-age", "86400")
@@ -84,9 +86,9 @@ async fn dispatch(app: &App, request: Request<Incoming>) -> Result<Response<Body
         (Target::Stream(path), Method::GET) => handlers::read::handle(app, request, path).await,
         (Target::Stream(path), Method::HEAD) => handlers::meta::head(app, &path),
         (Target::Stream(path), Method::DELETE) => handlers::meta::delete(app, path).await,
-        (Target::Bootstrap(path), Method::GET) => handlers::snapshot::bootstrap(app, &path),
+        (Target::Bootstrap(path), Method::GET) => handlers::snapshot::bootstrap(app, &path).await,
         (Target::Snapshot(path, offset), Method::GET) => {
-            handlers::snapshot::read(app, &path, &offset)
+            handlers::snapshot::read(app, &path, &offset).await
         }
         (Target::Snapshot(path, offset), Method::PUT) => {
             handlers::snapshot::publish(app, request, path, &offset).await

@@ -194,7 +194,16 @@ pub async fn body(headers: &HeaderMap, body: Incoming, limit: u64) -> Result<Byt
     }
     let limit = usize::try_from(limit).unwrap_or(usize::MAX);
     match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
+        // A small body is a slice of the connection's read buffer; copying it lets that buffer
+        // be reused instead of pinning it for as long as the record stays in the tail cache.
+        Ok(collected) => {
+            let bytes = collected.to_bytes();
+            Ok(if bytes.len() <= 64 * 1024 {
+                Bytes::copy_from_slice(&bytes)
+            } else {
+                bytes
+            })
+        }
         Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(too_large()),
         Err(error) => Err(ApiError::new(
             ErrorToken::InvalidHeader,

@@ -80,8 +80,9 @@ pub const ALLOWED_HEADERS: &str = "content-type, authorization, if-none-match, s
 
 pub const ALLOWED_METHODS: &str = "GET, POST, PUT, DELETE, HEAD, OPTIONS";
 
-/// Browser security and CORS headers, on every response including errors.
-pub fn add_common_headers(headers: &mut HeaderMap) {
+/// Browser security headers, on every response including errors; CORS headers when the
+/// request came from a browser (it sent `Origin`), which keeps other answers small.
+pub fn add_common_headers(headers: &mut HeaderMap, cors: bool) {
     let set = |headers: &mut HeaderMap, name: &'static str, value: &'static str| {
         headers
             .entry(HeaderName::from_static(name))
@@ -89,6 +90,8 @@ pub fn add_common_headers(headers: &mut HeaderMap) {
     };
     set(headers, "x-content-type-options", "nosniff");
     set(headers, "cross-origin-resource-policy", "cross-origin");
-    set(headers, "access-control-allow-origin", "*");
-    set(headers, "access-control-expose-headers", EXPOSED_HEADERS);
+    if cors {
+        set(headers, "access-control-allow-origin", "*");
+        set(headers, "access-control-expose-headers", EXPOSED_HEADERS);
+    }
 }

@@ -22,13 +22,16 @@ impl Machine {
         let Some(state) = self.streams.get_mut(&id) else {
             return;
         };
-        if state.meta.soft_deleted || at_ms <= state.meta.last_access_ms {
+        // Only a sliding TTL depends on the last access, and every change of state must show
+        // in the effects (the WAL skips batches without effects).
+        if state.meta.soft_deleted
+            || state.meta.ttl_secs.is_none()
+            || at_ms <= state.meta.last_access_ms
+        {
             return;
         }
         state.meta.last_access_ms = at_ms;
-        if state.meta.ttl_secs.is_some() {
-            self.emit_meta(id);
-        }
+        self.emit_meta(id);
     }
 
     pub(super) fn expire_due(&mut self, now_ms: u64) -> Outcome {

@@ -4,6 +4,7 @@
 //! in order and a re-created stream never sees its predecessor's bytes.
 
 mod codec;
+pub mod wal;
 
 use std::path::Path;
 
@@ -20,6 +21,8 @@ const RECORDS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("record
 const SNAPSHOTS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("snapshots");
 
 const NEXT_STREAM_ID: &str = "next_stream_id";
+/// The last WAL record whose effects this file holds.
+const APPLIED_SEQ: &str = "applied_seq";
 
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
@@ -73,13 +76,13 @@ impl Store {
         Ok(Self { db })
     }
 
-    /// Rebuilds the state machine from the committed state.
-    pub fn load(&self, limits: Limits) -> Result<Machine, StorageError> {
+    /// Rebuilds the state machine from the committed state; also returns the last WAL record
+    /// that state includes.
+    pub fn load(&self, limits: Limits) -> Result<(Machine, u64), StorageError> {
         let txn = self.db.begin_read()?;
-        let next_id = txn
-            .open_table(META)?
-            .get(NEXT_STREAM_ID)?
-            .map_or(1, |v| v.value());
+        let meta = txn.open_table(META)?;
+        let next_id = meta.get(NEXT_STREAM_ID)?.map_or(1, |v| v.value());
+        let applied_seq = meta.get(APPLIED_SEQ)?.map_or(0, |v| v.value());
         let mut buckets = Vec::new();
         for entry in txn.open_table(BUCKETS)?.iter()? {
             let (name, state) = entry?;
@@ -105,17 +108,19 @@ impl Store {
                 state.producers.insert(producer_id.to_owned(), producer);
             }
         }
-        Ok(Machine::restore(
-            limits,
-            next_id,
-            buckets,
-            streams.into_values(),
-        ))
+        let machine = Machine::restore(limits, next_id, buckets, streams.into_values());
+        Ok((machine, applied_seq))
     }
 
-    /// Writes the effects of a batch in one transaction. With `durable`, the commit returns
-    /// only after the data is fsynced.
-    pub fn commit(&self, effects: &[Effect], durable: bool) -> Result<(), StorageError> {
+    /// Writes the effects of WAL records up to `applied_seq` in one transaction. The WAL makes
+    /// them durable; a `durable` commit (a checkpoint) also fsyncs this file, after which the
+    /// WAL up to `applied_seq` is no longer needed.
+    pub fn commit(
+        &self,
+        effects: &[Effect],
+        applied_seq: u64,
+        durable: bool,
+    ) -> Result<(), StorageError> {
         let mut txn = self.db.begin_write()?;
         if !durable {
             txn.set_durability(Durability::None)?;
@@ -127,6 +132,7 @@ impl Store {
             let mut producers = txn.open_table(PRODUCERS)?;
             let mut records = txn.open_table(RECORDS)?;
             let mut snapshots = txn.open_table(SNAPSHOTS)?;
+            meta.insert(APPLIED_SEQ, applied_seq)?;
             for effect in effects {
                 match effect {
                     Effect::PutBucket { bucket, state } => {

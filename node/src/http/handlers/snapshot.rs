@@ -62,9 +62,9 @@ pub async fn publish(
     .build())
 }
 
-pub fn read(app: &App, path: &StreamPath, at: &str) -> Result<Response<Body>, ApiError> {
+pub async fn read(app: &App, path: &StreamPath, at: &str) -> Result<Response<Body>, ApiError> {
     let at = parse_offset(at)?;
-    let (_, meta) = live_stream(app, path, now_ms())?;
+    let (handle, meta) = live_stream(app, path, now_ms())?;
     let missing = || {
         ApiError::new(
             ErrorToken::SnapshotNotFound,
@@ -75,7 +75,11 @@ pub fn read(app: &App, path: &StreamPath, at: &str) -> Result<Response<Body>, Ap
         )
     };
     let info = meta.snapshots.get(&at).ok_or_else(missing)?;
-    let body = app.engine.snapshot(meta.id, at)?.ok_or_else(missing)?;
+    let body = app
+        .engine
+        .snapshot(&handle, at)
+        .await?
+        .ok_or_else(missing)?;
     Ok(Reply::new(StatusCode::OK)
         .header("content-type", &info.content_type)
         .header(headers::STREAM_SNAPSHOT_OFFSET, offset::format(at))
@@ -83,14 +87,15 @@ pub fn read(app: &App, path: &StreamPath, at: &str) -> Result<Response<Body>, Ap
         .build())
 }
 
-pub fn bootstrap(app: &App, path: &StreamPath) -> Result<Response<Body>, ApiError> {
+pub async fn bootstrap(app: &App, path: &StreamPath) -> Result<Response<Body>, ApiError> {
     let now = now_ms();
     let (handle, meta) = live_stream(app, path, now)?;
     app.engine.touch(&handle, &meta, now);
     let snapshot = match meta.snapshots.last_key_value() {
         Some((at, info)) => app
             .engine
-            .snapshot(meta.id, *at)?
+            .snapshot(&handle, *at)
+            .await?
             .map(|body| (*at, info.content_type.clone(), body)),
         None => None,
     };

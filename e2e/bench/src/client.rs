@@ -1,0 +1,58 @@
+use bytes::Bytes;
+use http::{Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client as HyperClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+pub type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// A pooled HTTP/1.1 client bound to one server.
+#[derive(Clone)]
+pub struct Client {
+    base: String,
+    inner: HyperClient<HttpConnector, Full<Bytes>>,
+}
+
+impl Client {
+    pub fn new(base: &str) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        let inner = HyperClient::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(1024)
+            .build(connector);
+        Self {
+            base: base.trim_end_matches('/').to_owned(),
+            inner,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        content_type: Option<&str>,
+        body: Bytes,
+    ) -> Result<StatusCode, Error> {
+        let mut request = Request::builder().method(method).uri(self.url(path));
+        if let Some(content_type) = content_type {
+            request = request.header("content-type", content_type);
+        }
+        let response = self.inner.request(request.body(Full::new(body))?).await?;
+        let status = response.status();
+        response.into_body().collect().await?;
+        Ok(status)
+    }
+
+    pub async fn open(&self, path: &str) -> Result<hyper::Response<hyper::body::Incoming>, Error> {
+        let request = Request::builder()
+            .method(Method::GET)
+            .uri(self.url(path))
+            .body(Full::new(Bytes::new()))?;
+        Ok(self.inner.request(request).await?)
+    }
+}

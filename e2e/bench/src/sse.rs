@@ -1,0 +1,124 @@
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::Method;
+use http_body_util::BodyExt;
+use tokio::sync::mpsc;
+
+use crate::client::{Client, Error};
+use crate::stats::Latencies;
+
+pub struct Options {
+    pub subscribers: usize,
+    pub rate: u64,
+    pub duration: Duration,
+}
+
+pub async fn run(client: Client, prefix: &str, label: &str, o: Options) -> Result<String, Error> {
+    let run_id = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis();
+    let path = format!("{prefix}-sse-{run_id}");
+    let status = client
+        .send(Method::PUT, &path, Some("text/plain"), Bytes::new())
+        .await?;
+    if !status.is_success() {
+        return Err(format!("create {path}: {status}").into());
+    }
+    let origin = Instant::now();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u64>>();
+    let (ready_tx, mut ready_rx) = mpsc::unbounded_channel::<()>();
+    let expected = (o.rate as f64 * o.duration.as_secs_f64()).round() as usize;
+    for _ in 0..o.subscribers {
+        let client = client.clone();
+        let path = format!("{path}?offset=now&live=sse");
+        let tx = tx.clone();
+        let ready = ready_tx.clone();
+        tokio::spawn(async move {
+            let mut samples = Vec::with_capacity(expected);
+            if let Ok(response) = client.open(&path).await {
+                let mut body = response.into_body();
+                let mut buffer = String::new();
+                let mut announced = false;
+                while samples.len() < expected {
+                    let Some(Ok(frame)) = body.frame().await else {
+                        break;
+                    };
+                    let Ok(data) = frame.into_data() else {
+                        continue;
+                    };
+                    let now = origin.elapsed().as_nanos() as u64;
+                    buffer.push_str(&String::from_utf8_lossy(&data));
+                    while let Some(end) = buffer.find("\n\n") {
+                        let event: String = buffer.drain(..end + 2).collect();
+                        if !announced && event.starts_with("event: control") {
+                            announced = true;
+                            let _ = ready.send(());
+                        }
+                        if event.starts_with("event: data") {
+                            for line in event.lines().filter_map(|l| l.strip_prefix("data:")) {
+                                for stamp in line.split_whitespace() {
+                                    if let Ok(sent) = stamp.parse::<u64>() {
+                                        samples.push(now.saturating_sub(sent));
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            let _ = tx.send(samples);
+        });
+    }
+    drop(tx);
+    drop(ready_tx);
+    for _ in 0..o.subscribers {
+        if ready_rx.recv().await.is_none() {
+            return Err("a subscriber failed to connect".into());
+        }
+    }
+    let interval = Duration::from_nanos(1_000_000_000 / o.rate.max(1));
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    for _ in 0..expected {
+        tick.tick().await;
+        let stamp = format!("{} ", origin.elapsed().as_nanos());
+        client
+            .send(Method::POST, &path, Some("text/plain"), Bytes::from(stamp))
+            .await?;
+    }
+    let mut samples = Vec::new();
+    let mut complete = 0;
+    let collect = async {
+        while let Some(s) = rx.recv().await {
+            if s.len() >= expected {
+                complete += 1;
+            }
+            samples.extend(s);
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(30), collect).await;
+    let latencies = Latencies::new(samples);
+    let deliveries = latencies.count();
+    eprintln!(
+        "{label}: SSE {} subscribers x {expected} messages at {}/s: delivered {deliveries} of {} ({complete} complete); latency ms p50 {:.3} p99 {:.3} max {:.3}",
+        o.subscribers,
+        o.rate,
+        expected * o.subscribers,
+        latencies.percentile(50.0),
+        latencies.percentile(99.0),
+        latencies.max()
+    );
+    Ok(serde_json::json!({
+        "bench": "sse",
+        "label": label,
+        "subscribers": o.subscribers,
+        "rate": o.rate,
+        "expected_deliveries": expected * o.subscribers,
+        "deliveries": deliveries,
+        "p50_ms": latencies.percentile(50.0),
+        "p99_ms": latencies.percentile(99.0),
+        "max_ms": latencies.max(),
+    })
+    .to_string())
+}

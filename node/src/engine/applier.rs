@@ -1,0 +1,120 @@
+//! The applier: writes the effects of durable WAL records to redb, off the request path, and
+//! checkpoints redb now and then so the WAL before the checkpoint can be deleted.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
+
+use super::registry::Registry;
+use crate::machine::Effect;
+use crate::storage::Store;
+
+/// How often redb is made durable, bounding the WAL a restart replays.
+const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
+/// Effects merged into one redb transaction at most.
+const MAX_EFFECTS: usize = 64 * 1024;
+/// redb transactions have a fixed cost; gathering the batches of a few milliseconds into one
+/// keeps the applier's CPU small. Readers do not wait: unstored records stay in the tail cache.
+const MIN_COMMIT_INTERVAL: Duration = Duration::from_millis(50);
+
+pub struct Applier {
+    pub store: Arc<Store>,
+    pub registry: Arc<Registry>,
+    /// The last WAL record a durable checkpoint covers; the writer purges the WAL up to it.
+    pub checkpointed: Arc<AtomicU64>,
+}
+
+impl Applier {
+    pub fn run(self, inbox: Receiver<(u64, Vec<Effect>)>) {
+        lower_priority();
+        let mut last_checkpoint = Instant::now();
+        let mut last_commit = Instant::now();
+        let mut stored = self.registry.stored_seq();
+        loop {
+            let (mut seq, mut effects) = match inbox.recv_timeout(CHECKPOINT_INTERVAL) {
+                Ok(first) => first,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    self.checkpoint(stored, &mut last_checkpoint);
+                    continue;
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            };
+            let since = last_commit.elapsed();
+            if since < MIN_COMMIT_INTERVAL {
+                std::thread::sleep(MIN_COMMIT_INTERVAL - since);
+            }
+            while effects.len() < MAX_EFFECTS {
+                match inbox.try_recv() {
+                    Ok((next_seq, next)) => {
+                        seq = next_seq;
+                        effects.extend(next);
+                    }
+                    Err(_) => break,
+                }
+            }
+            last_commit = Instant::now();
+            if let Err(error) = self.store.commit(&coalesce(effects), seq, false) {
+                // Memory is ahead of redb; only a restart (WAL replay) can reconcile them.
+                tracing::error!(%error, "cannot write applied state to redb; exiting to recover");
+                std::process::exit(70);
+            }
+            stored = seq;
+            self.registry.set_stored(seq);
+            if last_checkpoint.elapsed() >= CHECKPOINT_INTERVAL {
+                self.checkpoint(stored, &mut last_checkpoint);
+            }
+        }
+        self.checkpoint(stored, &mut last_checkpoint);
+    }
+
+    fn checkpoint(&self, stored: u64, last_checkpoint: &mut Instant) {
+        *last_checkpoint = Instant::now();
+        if stored <= self.checkpointed.load(Ordering::Acquire) {
+            return;
+        }
+        match self.store.commit(&[], stored, true) {
+            Ok(()) => self.checkpointed.store(stored, Ordering::Release),
+            Err(error) => tracing::error!(%error, "checkpoint failed; the WAL is kept"),
+        }
+    }
+}
+
+/// Keeps only the last metadata write of each stream: a batch of appends rewrites the same
+/// rows many times, and redb needs only the final value. Stream IDs are never reused, so no
+/// write for a stream follows its deletion.
+fn coalesce(effects: Vec<Effect>) -> Vec<Effect> {
+    let mut latest: std::collections::HashMap<u64, usize> = Default::default();
+    for (i, effect) in effects.iter().enumerate() {
+        match effect {
+            Effect::PutStream(meta) => {
+                latest.insert(meta.id, i);
+            }
+            Effect::DeleteStream { id, .. } => {
+                latest.remove(id);
+            }
+            _ => {}
+        }
+    }
+    effects
+        .into_iter()
+        .enumerate()
+        .filter(|(i, effect)| match effect {
+            Effect::PutStream(meta) => latest.get(&meta.id) == Some(i),
+            _ => true,
+        })
+        .map(|(_, effect)| effect)
+        .collect()
+}
+
+/// The applier is never on a request's path: it runs only on CPU time no request thread wants
+/// (`SCHED_IDLE`). Under sustained overload its backlog fills and the writer waits for it, so
+/// it cannot starve for long.
+fn lower_priority() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: plain system calls on the calling thread (ID 0) with a valid parameter struct.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+    if rc != 0 {
+        tracing::debug!("cannot lower the applier's priority");
+    }
+}
