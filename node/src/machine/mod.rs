@@ -56,7 +56,7 @@ pub struct Applied {
     pub effects: Vec<Effect>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Machine {
     limits: Limits,
     next_stream_id: u64,
@@ -156,7 +156,7 @@ impl Machine {
 
     fn insert_stream(&mut self, state: StreamState) {
         let id = state.meta.id;
-        if state.meta.expires() {
+        if state.meta.expires() && !state.meta.soft_deleted {
             self.expiring.insert(id);
         }
         self.by_path.insert(state.meta.path.clone(), id);

@@ -1,0 +1,531 @@
+//! Every refusal path over real HTTP: the status, the JSON error token, the protocol headers,
+//! and that nothing of the refused request is visible afterwards.
+
+mod support;
+
+use http::{Method, StatusCode};
+use support::{InProcess, start_in_process};
+
+const TEXT: (&str, &str) = ("content-type", "text/plain");
+const OCTETS: (&str, &str) = ("content-type", "application/octet-stream");
+
+async fn node() -> InProcess {
+    start_in_process(|config| {
+        config.server.max_append_size = 1024;
+        config.storage.max_producers_per_stream = 2;
+    })
+    .await
+}
+
+/// Creates bucket `demo` and stream `demo/s` with "hello" in it.
+async fn with_stream(node: &InProcess) {
+    assert_eq!(
+        node.client.put("/demo", &[], "").await.status,
+        StatusCode::CREATED
+    );
+    let created = node.client.put("/demo/s", &[TEXT], "hello").await;
+    assert_eq!(created.status, StatusCode::CREATED);
+}
+
+async fn contents(node: &InProcess, path: &str) -> String {
+    let read = node.client.get(&format!("{path}?offset=-1")).await;
+    assert_eq!(read.status, StatusCode::OK, "{}", read.text());
+    read.text()
+}
+
+fn assert_refused(reply: &support::Reply, status: StatusCode, token: &str) {
+    assert_eq!(reply.status, status, "{}", reply.text());
+    assert_eq!(reply.error(), token);
+    assert_eq!(reply.header("content-type"), Some("application/json"));
+    assert_eq!(reply.header("x-content-type-options"), Some("nosniff"));
+}
+
+#[tokio::test]
+async fn buckets_and_names() {
+    let node = node().await;
+    assert_eq!(
+        node.client.put("/demo", &[], "").await.status,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        node.client.put("/demo", &[], "").await.status,
+        StatusCode::OK
+    );
+    for bad in ["/ab", "/Demo", "/-demo", "/demo_x", "/v1"] {
+        assert_refused(
+            &node.client.put(bad, &[], "").await,
+            StatusCode::BAD_REQUEST,
+            "InvalidBucketId",
+        );
+    }
+    let missing = node.client.put("/other/s", &[TEXT], "").await;
+    assert_refused(&missing, StatusCode::NOT_FOUND, "BucketNotFound");
+    assert!(
+        missing.text().contains("other"),
+        "the error names the bucket"
+    );
+    let missing_read = node.client.get("/other/s").await;
+    assert_refused(&missing_read, StatusCode::NOT_FOUND, "BucketNotFound");
+    for bad in ["/demo/%zz", "/demo/..", "/demo/a%00b"] {
+        assert_refused(
+            &node.client.put(bad, &[TEXT], "").await,
+            StatusCode::BAD_REQUEST,
+            "InvalidStreamName",
+        );
+    }
+    assert_refused(
+        &node.client.get("/demo/s/nope").await,
+        StatusCode::NOT_FOUND,
+        "NotFound",
+    );
+    let wrong = node.client.post("/demo", &[TEXT], "x").await;
+    assert_refused(&wrong, StatusCode::METHOD_NOT_ALLOWED, "MethodNotAllowed");
+    assert!(wrong.header("allow").is_some());
+}
+
+#[tokio::test]
+async fn admin_routes_are_not_on_the_client_listener() {
+    let node = node().await;
+    for path in ["/healthz", "/readyz", "/metrics"] {
+        // The client listener reads these as bucket paths, which have no GET.
+        let on_client = node.client.get(path).await;
+        assert_refused(
+            &on_client,
+            StatusCode::METHOD_NOT_ALLOWED,
+            "MethodNotAllowed",
+        );
+        assert_eq!(node.admin.get(path).await.status, StatusCode::OK, "{path}");
+    }
+    let metrics = node.admin.get("/metrics").await.text();
+    assert!(metrics.contains("ursula_fsync_seconds_bucket"));
+}
+
+#[tokio::test]
+async fn create_refusals() {
+    let node = node().await;
+    with_stream(&node).await;
+    let cases: &[(&[(&str, &str)], StatusCode, &str)] = &[
+        (
+            &[("stream-ttl", "03600")],
+            StatusCode::BAD_REQUEST,
+            "InvalidHeader",
+        ),
+        (
+            &[("stream-ttl", "-1")],
+            StatusCode::BAD_REQUEST,
+            "InvalidHeader",
+        ),
+        (
+            &[("stream-ttl", "1e3")],
+            StatusCode::BAD_REQUEST,
+            "InvalidHeader",
+        ),
+        (
+            &[("stream-expires-at", "tomorrow")],
+            StatusCode::BAD_REQUEST,
+            "InvalidHeader",
+        ),
+        (
+            &[
+                ("stream-ttl", "60"),
+                ("stream-expires-at", "2030-01-01T00:00:00Z"),
+            ],
+            StatusCode::BAD_REQUEST,
+            "InvalidHeader",
+        ),
+        (
+            &[("stream-fork-offset", "0000000000000000_0000000000000000")],
+            StatusCode::BAD_REQUEST,
+            "InvalidForkRequest",
+        ),
+        (
+            &[("stream-forked-from", "/demo/missing")],
+            StatusCode::NOT_FOUND,
+            "ForkSourceNotFound",
+        ),
+        (
+            &[
+                ("stream-forked-from", "/demo/s"),
+                ("stream-fork-offset", "bogus"),
+            ],
+            StatusCode::BAD_REQUEST,
+            "InvalidForkRequest",
+        ),
+        (
+            &[
+                ("stream-forked-from", "/demo/s"),
+                ("stream-fork-offset", "0000000000000000_0000000000000099"),
+            ],
+            StatusCode::BAD_REQUEST,
+            "InvalidOffset",
+        ),
+        (
+            &[
+                ("stream-forked-from", "/demo/s"),
+                ("stream-fork-sub-offset", "1"),
+            ],
+            StatusCode::BAD_REQUEST,
+            "InvalidForkRequest",
+        ),
+    ];
+    for (i, (headers, status, token)) in cases.iter().enumerate() {
+        let path = format!("/demo/new-{i}");
+        let mut all = vec![TEXT];
+        all.extend_from_slice(headers);
+        assert_refused(&node.client.put(&path, &all, "").await, *status, token);
+        assert_refused(
+            &node.client.get(&path).await,
+            StatusCode::NOT_FOUND,
+            "StreamNotFound",
+        );
+    }
+    // An existing stream with another configuration.
+    let conflict = node
+        .client
+        .put("/demo/s", &[("content-type", "application/json")], "")
+        .await;
+    assert_refused(&conflict, StatusCode::CONFLICT, "StreamConflict");
+    let bad_json = node
+        .client
+        .put("/demo/j", &[("content-type", "application/json")], "{nope")
+        .await;
+    assert_refused(&bad_json, StatusCode::BAD_REQUEST, "InvalidJson");
+    assert_eq!(contents(&node, "/demo/s").await, "hello");
+}
+
+#[tokio::test]
+async fn append_refusals_lose_nothing() {
+    let node = node().await;
+    with_stream(&node).await;
+    assert_refused(
+        &node.client.post("/demo/s", &[TEXT], "").await,
+        StatusCode::BAD_REQUEST,
+        "EmptyBody",
+    );
+    assert_refused(
+        &node.client.post("/demo/s", &[], "x").await,
+        StatusCode::BAD_REQUEST,
+        "MissingContentType",
+    );
+    let mismatch = node.client.post("/demo/s", &[OCTETS], "x").await;
+    assert_refused(&mismatch, StatusCode::CONFLICT, "ContentTypeMismatch");
+    assert_refused(
+        &node.client.post("/demo/missing", &[TEXT], "x").await,
+        StatusCode::NOT_FOUND,
+        "StreamNotFound",
+    );
+    // Stream-Seq regressions.
+    let seq = |s: &'static str| [TEXT, ("stream-seq", s)];
+    assert_eq!(
+        node.client.post("/demo/s", &seq("b"), "1").await.status,
+        StatusCode::NO_CONTENT
+    );
+    assert_refused(
+        &node.client.post("/demo/s", &seq("a"), "2").await,
+        StatusCode::CONFLICT,
+        "StreamSeqConflict",
+    );
+    assert_refused(
+        &node.client.post("/demo/s", &seq("b"), "2").await,
+        StatusCode::CONFLICT,
+        "StreamSeqConflict",
+    );
+    // Bodies over the limit, declared or streamed.
+    let big = vec![b'x'; 2048];
+    assert_refused(
+        &node.client.post("/demo/s", &[TEXT], big).await,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "RequestBodyTooLarge",
+    );
+    assert_eq!(contents(&node, "/demo/s").await, "hello1");
+
+    // JSON mode.
+    let json = ("content-type", "application/json");
+    assert_eq!(
+        node.client.put("/demo/j", &[json], "").await.status,
+        StatusCode::CREATED
+    );
+    assert_refused(
+        &node.client.post("/demo/j", &[json], "[]").await,
+        StatusCode::BAD_REQUEST,
+        "InvalidJson",
+    );
+    assert_refused(
+        &node.client.post("/demo/j", &[json], "[1,").await,
+        StatusCode::BAD_REQUEST,
+        "InvalidJson",
+    );
+    assert_refused(
+        &node.client.post("/demo/j", &[json], vec![0xff, 0xfe]).await,
+        StatusCode::BAD_REQUEST,
+        "InvalidJson",
+    );
+    assert_eq!(contents(&node, "/demo/j").await, "[]");
+
+    // Closed: 409 with the final offset, and the body is not appended.
+    let close = node
+        .client
+        .post("/demo/s", &[("stream-closed", "true")], "")
+        .await;
+    assert_eq!(close.status, StatusCode::NO_CONTENT);
+    let closed = node.client.post("/demo/s", &[TEXT], "late").await;
+    assert_refused(&closed, StatusCode::CONFLICT, "StreamClosed");
+    assert_eq!(closed.header("stream-closed"), Some("true"));
+    assert_eq!(
+        closed.header("stream-next-offset"),
+        close.header("stream-next-offset")
+    );
+    assert_eq!(contents(&node, "/demo/s").await, "hello1");
+}
+
+#[tokio::test]
+async fn producer_refusals() {
+    let node = node().await;
+    with_stream(&node).await;
+    let produce = |id: &'static str, epoch: &'static str, seq: &'static str| {
+        [
+            TEXT,
+            ("producer-id", id),
+            ("producer-epoch", epoch),
+            ("producer-seq", seq),
+        ]
+    };
+    for headers in [
+        vec![TEXT, ("producer-id", "p")],
+        vec![
+            TEXT,
+            ("producer-id", ""),
+            ("producer-epoch", "0"),
+            ("producer-seq", "0"),
+        ],
+        vec![
+            TEXT,
+            ("producer-id", "p"),
+            ("producer-epoch", "1e3"),
+            ("producer-seq", "0"),
+        ],
+        vec![
+            TEXT,
+            ("producer-id", "p"),
+            ("producer-epoch", "0"),
+            ("producer-seq", "-1"),
+        ],
+        vec![
+            TEXT,
+            ("producer-id", "p"),
+            ("producer-epoch", "0"),
+            ("producer-seq", "9007199254740992"),
+        ],
+    ] {
+        assert_refused(
+            &node.client.post("/demo/s", &headers, "x").await,
+            StatusCode::BAD_REQUEST,
+            "InvalidProducer",
+        );
+    }
+    assert_eq!(
+        node.client
+            .post("/demo/s", &produce("p", "1", "0"), "a")
+            .await
+            .status,
+        StatusCode::OK
+    );
+    let duplicate = node
+        .client
+        .post("/demo/s", &produce("p", "1", "0"), "a")
+        .await;
+    assert_eq!(duplicate.status, StatusCode::NO_CONTENT);
+    assert_eq!(duplicate.header("producer-seq"), Some("0"));
+    let stale = node
+        .client
+        .post("/demo/s", &produce("p", "0", "1"), "b")
+        .await;
+    assert_refused(&stale, StatusCode::FORBIDDEN, "ProducerEpochFenced");
+    assert_eq!(stale.header("producer-epoch"), Some("1"));
+    let gap = node
+        .client
+        .post("/demo/s", &produce("p", "1", "5"), "b")
+        .await;
+    assert_refused(&gap, StatusCode::CONFLICT, "ProducerSeqGap");
+    assert_eq!(gap.header("producer-expected-seq"), Some("1"));
+    assert_eq!(gap.header("producer-received-seq"), Some("5"));
+    let new_epoch = node
+        .client
+        .post("/demo/s", &produce("p", "2", "3"), "b")
+        .await;
+    assert_refused(&new_epoch, StatusCode::BAD_REQUEST, "InvalidProducer");
+    // The cap is two producers per stream; a third gets 429 and applies nothing.
+    assert_eq!(
+        node.client
+            .post("/demo/s", &produce("q", "0", "0"), "q")
+            .await
+            .status,
+        StatusCode::OK
+    );
+    let full = node
+        .client
+        .post("/demo/s", &produce("r", "0", "0"), "r")
+        .await;
+    assert_refused(&full, StatusCode::TOO_MANY_REQUESTS, "TooManyProducers");
+    assert_eq!(contents(&node, "/demo/s").await, "helloaq");
+}
+
+#[tokio::test]
+async fn read_refusals() {
+    let node = node().await;
+    with_stream(&node).await;
+    for query in [
+        "offset=",
+        "offset=abc",
+        "offset=-2",
+        "offset=-1&offset=-1",
+        "offset=0000000000000000_0000000000000099",
+        "live=long-poll",
+        "live=sse",
+        "offset=-1&live=forever",
+    ] {
+        let reply = node.client.get(&format!("/demo/s?{query}")).await;
+        assert_eq!(
+            reply.status,
+            StatusCode::BAD_REQUEST,
+            "{query}: {}",
+            reply.text()
+        );
+        reply.error();
+    }
+    // Retention: reads below the first retained offset answer 410 naming it.
+    let retained = node
+        .client
+        .put(
+            "/demo/s/retention/0000000000000000_0000000000000002",
+            &[],
+            "",
+        )
+        .await;
+    assert_eq!(retained.status, StatusCode::OK, "{}", retained.text());
+    let below = node
+        .client
+        .get("/demo/s?offset=0000000000000000_0000000000000001")
+        .await;
+    assert_refused(&below, StatusCode::GONE, "OffsetNotRetained");
+    assert_eq!(
+        below.header("stream-retained-offset"),
+        Some("0000000000000000_0000000000000002")
+    );
+    assert_eq!(contents(&node, "/demo/s").await, "llo");
+    let beyond = node
+        .client
+        .put(
+            "/demo/s/retention/0000000000000000_0000000000000099",
+            &[],
+            "",
+        )
+        .await;
+    assert_refused(&beyond, StatusCode::BAD_REQUEST, "InvalidOffset");
+}
+
+#[tokio::test]
+async fn snapshots_and_bootstrap() {
+    let node = node().await;
+    with_stream(&node).await;
+    let at = "/demo/s/snapshot/0000000000000000_0000000000000002";
+    let json = ("content-type", "application/json");
+    assert_eq!(
+        node.client.put(at, &[json], r#"{"n":2}"#).await.status,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        node.client.put(at, &[json], r#"{"n":2}"#).await.status,
+        StatusCode::OK
+    );
+    assert_refused(
+        &node.client.put(at, &[json], r#"{"n":3}"#).await,
+        StatusCode::CONFLICT,
+        "SnapshotConflict",
+    );
+    let read = node.client.get(at).await;
+    assert_eq!(read.status, StatusCode::OK);
+    assert_eq!(read.text(), r#"{"n":2}"#);
+    assert_refused(
+        &node
+            .client
+            .get("/demo/s/snapshot/0000000000000000_0000000000000001")
+            .await,
+        StatusCode::NOT_FOUND,
+        "SnapshotNotFound",
+    );
+    let bootstrap = node.client.get("/demo/s/bootstrap").await;
+    assert_eq!(bootstrap.status, StatusCode::OK);
+    assert!(
+        bootstrap
+            .header("content-type")
+            .unwrap()
+            .starts_with("multipart/mixed; boundary=")
+    );
+    assert_eq!(
+        bootstrap.header("stream-next-offset"),
+        Some("0000000000000000_0000000000000005")
+    );
+    let body = bootstrap.text();
+    assert!(
+        body.contains(r#"{"n":2}"#) && body.contains("\r\n\r\nllo\r\n"),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn deleted_streams_with_forks_answer_gone() {
+    let node = node().await;
+    with_stream(&node).await;
+    let fork = node
+        .client
+        .put("/demo/f", &[TEXT, ("stream-forked-from", "/demo/s")], "")
+        .await;
+    assert_eq!(fork.status, StatusCode::CREATED);
+    assert_eq!(
+        node.client
+            .send(Method::DELETE, "/demo/s", &[], "")
+            .await
+            .status,
+        StatusCode::NO_CONTENT
+    );
+    assert_refused(
+        &node.client.get("/demo/s").await,
+        StatusCode::GONE,
+        "StreamDeleted",
+    );
+    assert_refused(
+        &node.client.send(Method::DELETE, "/demo/s", &[], "").await,
+        StatusCode::GONE,
+        "StreamDeleted",
+    );
+    assert_refused(
+        &node.client.put("/demo/s", &[TEXT], "").await,
+        StatusCode::CONFLICT,
+        "StreamConflict",
+    );
+    assert_refused(
+        &node
+            .client
+            .put("/demo/g", &[TEXT, ("stream-forked-from", "/demo/s")], "")
+            .await,
+        StatusCode::CONFLICT,
+        "ForkSourceDeleted",
+    );
+    assert_eq!(contents(&node, "/demo/f").await, "hello");
+}
+
+#[tokio::test]
+async fn compat_family_and_bucket_family_name_the_same_stream() {
+    let node = node().await;
+    assert_eq!(
+        node.client.put("/v1/stream/a/b", &[TEXT], "x").await.status,
+        StatusCode::CREATED
+    );
+    assert_eq!(contents(&node, "/default/a%2Fb").await, "x");
+    let reserved = node
+        .client
+        .put("/v1/stream/__ds/subscriptions/x", &[TEXT], "")
+        .await;
+    assert_refused(&reserved, StatusCode::NOT_FOUND, "NotFound");
+}
