@@ -62,7 +62,7 @@ pub struct StorageConfig {
     pub producer_idle_timeout: Duration,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RuntimeConfig {
     /// Tokio worker threads; default: one per core.
@@ -102,14 +102,6 @@ impl Default for StorageConfig {
         Self {
             max_producers_per_stream: limits.max_producers_per_stream,
             producer_idle_timeout: Duration::from_millis(limits.producer_idle_ms),
-        }
-    }
-}
-
-impl Default for RuntimeConfig {
-    fn default() -> Self {
-        Self {
-            worker_threads: None,
         }
     }
 }

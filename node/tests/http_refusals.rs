@@ -33,6 +33,9 @@ async fn contents(node: &InProcess, path: &str) -> String {
     read.text()
 }
 
+/// Request headers, the expected status, the expected token.
+type RefusalCase<'a> = (&'a [(&'a str, &'a str)], StatusCode, &'a str);
+
 fn assert_refused(reply: &support::Reply, status: StatusCode, token: &str) {
     assert_eq!(reply.status, status, "{}", reply.text());
     assert_eq!(reply.error(), token);
@@ -104,7 +107,7 @@ async fn admin_routes_are_not_on_the_client_listener() {
 async fn create_refusals() {
     let node = node().await;
     with_stream(&node).await;
-    let cases: &[(&[(&str, &str)], StatusCode, &str)] = &[
+    let cases: &[RefusalCase] = &[
         (
             &[("stream-ttl", "03600")],
             StatusCode::BAD_REQUEST,

@@ -271,7 +271,7 @@ mod tests {
         let (mut wal, replay) = Wal::open(dir.path(), 4096).unwrap();
         assert!(replay.is_empty());
         for seq in 1..=100u64 {
-            wal.append(seq, &vec![seq as u8; 100]).unwrap();
+            wal.append(seq, &[seq as u8; 100]).unwrap();
         }
         assert!(wal.segment_count() > 1);
         drop(wal);

@@ -150,8 +150,10 @@ pub struct InProcess {
 
 pub async fn start_in_process(edit: impl FnOnce(&mut ursula_node::config::Config)) -> InProcess {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut config = ursula_node::config::Config::default();
-    config.data_dir = dir.path().to_owned();
+    let mut config = ursula_node::config::Config {
+        data_dir: dir.path().to_owned(),
+        ..Default::default()
+    };
     config.server.listen = "127.0.0.1:0".parse().expect("addr");
     config.server.admin_listen = "127.0.0.1:0".parse().expect("addr");
     config.server.long_poll_timeout = Duration::from_millis(300);

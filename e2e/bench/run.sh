@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark: ursula-node against the official single-node Rust Durable Streams
+# server (crates.io `durable-streams` 0.1.5, default `--durability wal`: group-commit fsync),
+# both on loopback, same load generator, alternating rounds in one run.
+#
+# Usage: e2e/bench/run.sh [--rounds N] [--duration 10s] [--soak SECONDS]
+# Prints one JSON line per measurement and a summary with ratios.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$root"
+rounds=3
+duration=10s
+soak=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rounds) rounds="$2"; shift 2 ;;
+    --duration) duration="$2"; shift 2 ;;
+    --soak) soak="$2"; shift 2 ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+
+cargo build --release --locked -p ursula-node -p ursula-bench
+tools="$root/e2e/.tools"
+official="$tools/bin/durable-streams-server"
+if [ ! -x "$official" ]; then
+  cargo install durable-streams --version 0.1.5 --locked --root "$tools"
+fi
+bench="$root/target/release/ursula-bench"
+work="$(mktemp -d)"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+trap cleanup EXIT
+
+"$root/target/release/ursula-node" --data-dir "$work/ursula" --listen 127.0.0.1:4537 \
+  --admin-listen 127.0.0.1:4538 2>"$work/ursula.log" &
+pids+=($!); ursula_pid=$!
+"$official" --port 4637 --data-dir "$work/official" >"$work/official.log" 2>&1 &
+pids+=($!)
+sleep 1.5
+
+results="$work/results.jsonl"
+for round in $(seq 1 "$rounds"); do
+  for target in official:4637 ursula:4537; do
+    label="${target%%:*}"; port="${target##*:}"
+    "$bench" --url "http://127.0.0.1:$port" --label "$label" append --duration "$duration" \
+      | tee -a "$results"
+  done
+done
+for target in official:4637 ursula:4537; do
+  label="${target%%:*}"; port="${target##*:}"
+  "$bench" --url "http://127.0.0.1:$port" --label "$label" sse --duration "$duration" \
+    | tee -a "$results"
+done
+curl -s http://127.0.0.1:4538/metrics \
+  | awk '/^ursula_appends_total /{a=$2} /^ursula_commit_batches_total /{b=$2} END {printf "{\"bench\":\"fsync\",\"label\":\"ursula\",\"appends\":%d,\"fsyncs\":%d,\"appends_per_fsync\":%.1f}\n", a, b, a/b}' \
+  | tee -a "$results"
+
+python3 - "$results" <<'PY'
+import json, sys, statistics
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+def med(label, bench, key):
+    vals = [r[key] for r in rows if r["label"] == label and r["bench"] == bench]
+    return statistics.median(vals) if vals else float("nan")
+u, o = med("ursula", "append", "appends_per_sec"), med("official", "append", "appends_per_sec")
+print()
+print("append (100 streams, 32 writers, 256 B), median of rounds:")
+print(f"  official: {o:8.0f}/s  p50 {med('official','append','p50_ms'):.3f} ms  p99 {med('official','append','p99_ms'):.3f} ms")
+print(f"  ursula:   {u:8.0f}/s  p50 {med('ursula','append','p50_ms'):.3f} ms  p99 {med('ursula','append','p99_ms'):.3f} ms")
+print(f"  ratio ursula/official: {u / o:.2f}x")
+print("SSE fan-out (100 subscribers, 200 msg/s), delivery latency:")
+for label in ("official", "ursula"):
+    r = [x for x in rows if x["label"] == label and x["bench"] == "sse"][0]
+    print(f"  {label:9} p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms  delivered {r['deliveries']}/{r['expected_deliveries']}")
+f = [x for x in rows if x["bench"] == "fsync"][0]
+print(f"ursula appends per fsync (whole run): {f['appends_per_fsync']}")
+PY
+
+if [ "$soak" -gt 0 ]; then
+  echo; echo "soak: ${soak}s of append load at 32 writers; RSS of ursula-node every 30 s (KiB):"
+  "$bench" --url http://127.0.0.1:4537 --label soak append --duration "${soak}s" --warmup 0s >"$work/soak.json" &
+  load=$!
+  for _ in $(seq 0 30 "$soak"); do
+    printf '%s ' "$(awk '/VmRSS/{print $2}' /proc/$ursula_pid/status)"
+    sleep 30
+  done
+  wait $load; echo; cat "$work/soak.json"
+fi

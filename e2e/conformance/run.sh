@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Runs the Durable Streams conformance suite (npm @durable-streams/server-conformance-tests,
+# pinned in package-lock.json) against a freshly started ursula-node, through the compat
+# family /v1/stream/{name}. Fails unless every default test passes.
+#
+# Usage: e2e/conformance/run.sh [path/to/ursula-node]   (default: target/debug/ursula-node)
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+node_bin="$(realpath "${1:-$root/target/debug/ursula-node}")"
+expected=332
+
+cd "$here"
+if [ ! -d node_modules/@durable-streams/server-conformance-tests ]; then
+  npm ci --no-audit --no-fund --loglevel=error
+fi
+
+data="$(mktemp -d)"
+log="$data/node.log"
+"$node_bin" --data-dir "$data/data" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
+  --long-poll-timeout 500ms 2>"$log" &
+pid=$!
+trap 'kill $pid 2>/dev/null || true; rm -rf "$data"' EXIT
+for _ in $(seq 1 100); do
+  addr="$(sed -n 's/.*ursula-node serving client=\([0-9.:]*\).*/\1/p' "$log")"
+  [ -n "$addr" ] && break
+  sleep 0.1
+done
+[ -n "${addr:-}" ] || { echo "ursula-node did not start:"; cat "$log"; exit 1; }
+echo "conformance: ursula-node at http://$addr"
+
+status=0
+CONFORMANCE_TEST_URL="http://$addr" npx vitest run --reporter=default \
+  --reporter=json --outputFile="$data/results.json" || status=$?
+node -e '
+  const r = require(process.argv[1]);
+  const expected = Number(process.argv[2]);
+  console.log(`conformance: ${r.numPassedTests} passed, ${r.numFailedTests} failed, ${r.numPendingTests + r.numTodoTests} skipped`);
+  if (r.numFailedTests > 0 || r.numPassedTests < expected) {
+    console.error(`conformance: expected ${expected} passing default tests`);
+    process.exit(1);
+  }
+' "$data/results.json" "$expected" || status=1
+exit $status
