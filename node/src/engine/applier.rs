@@ -11,7 +11,7 @@ use crate::machine::Effect;
 use crate::storage::Store;
 
 /// How often redb is made durable, bounding the WAL a restart replays.
-const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
+const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(2);
 /// Effects merged into one redb transaction at most.
 const MAX_EFFECTS: usize = 64 * 1024;
 /// redb transactions have a fixed cost; gathering the batches of a few milliseconds into one
