@@ -1,5 +1,7 @@
 //! Row encodings. postcard is compact and its format is stable across versions.
 
+use bytes::Bytes;
+
 use crate::machine::{BucketState, ProducerState, StreamMeta};
 
 use super::StorageError;
@@ -32,5 +34,100 @@ pub fn bucket_state(byte: u8) -> BucketState {
     match byte {
         0 => BucketState::Active,
         _ => BucketState::Fenced,
+    }
+}
+
+/// Consecutive records of one stream, stored as one row:
+/// `[count: u32][len: u32; count][bytes of every record]`, little-endian.
+pub struct ChunkBuilder {
+    first: u64,
+    len: u64,
+    records: Vec<Bytes>,
+}
+
+impl ChunkBuilder {
+    pub fn new(first: u64) -> Self {
+        Self {
+            first,
+            len: 0,
+            records: Vec::new(),
+        }
+    }
+
+    pub fn first(&self) -> u64 {
+        self.first
+    }
+
+    pub fn end(&self) -> u64 {
+        self.first + self.len
+    }
+
+    pub fn push(&mut self, record: Bytes) {
+        self.len += record.len() as u64;
+        self.records.push(record);
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let header = 4 + 4 * self.records.len();
+        let mut out = Vec::with_capacity(header + self.len as usize);
+        out.extend_from_slice(&(self.records.len() as u32).to_le_bytes());
+        for record in &self.records {
+            out.extend_from_slice(&(record.len() as u32).to_le_bytes());
+        }
+        for record in &self.records {
+            out.extend_from_slice(record);
+        }
+        out
+    }
+}
+
+fn chunk_count(chunk: &[u8]) -> Option<usize> {
+    let count = u32::from_le_bytes(chunk.get(..4)?.try_into().ok()?) as usize;
+    (chunk.len() >= 4 + 4 * count).then_some(count)
+}
+
+/// The number of record bytes in an encoded chunk.
+pub fn chunk_data_len(chunk: &[u8]) -> u64 {
+    chunk_count(chunk).map_or(0, |count| (chunk.len() - 4 - 4 * count) as u64)
+}
+
+/// The records of a chunk that starts at `first`, as slices of `chunk`.
+pub fn decode_chunk(first: u64, chunk: &Bytes) -> Result<Vec<(u64, Bytes)>, StorageError> {
+    let corrupt = || StorageError::Corrupt(format!("record chunk at offset {first}"));
+    let count = chunk_count(chunk).ok_or_else(corrupt)?;
+    let mut out = Vec::with_capacity(count);
+    let mut data = 4 + 4 * count;
+    let mut offset = first;
+    for i in 0..count {
+        let at = 4 + 4 * i;
+        let len = u32::from_le_bytes(chunk[at..at + 4].try_into().map_err(|_| corrupt())?) as usize;
+        if data + len > chunk.len() {
+            return Err(corrupt());
+        }
+        out.push((offset, chunk.slice(data..data + len)));
+        data += len;
+        offset += len as u64;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_round_trip() {
+        let mut chunk = ChunkBuilder::new(100);
+        for record in ["a", "bcd", "", "ef"] {
+            chunk.push(Bytes::from(record));
+        }
+        assert_eq!(chunk.end(), 106);
+        let encoded = Bytes::from(chunk.encode());
+        assert_eq!(chunk_data_len(&encoded), 6);
+        let records = decode_chunk(100, &encoded).unwrap();
+        let offsets: Vec<u64> = records.iter().map(|r| r.0).collect();
+        assert_eq!(offsets, vec![100, 101, 104, 104]);
+        assert_eq!(records[1].1, Bytes::from("bcd"));
+        assert!(decode_chunk(0, &Bytes::from_static(&[9, 0, 0, 0])).is_err());
     }
 }

@@ -1,11 +1,13 @@
 //! Durable state in one redb file: buckets, stream metadata, producers, records and snapshots.
 //!
-//! Records are keyed by `(stream incarnation ID, start offset)`, so a range scan reads a stream
-//! in order and a re-created stream never sees its predecessor's bytes.
+//! Records are stored in chunks keyed by `(stream incarnation ID, first offset)`, so a range scan
+//! reads a stream in order and a re-created stream never sees its predecessor's bytes. A chunk
+//! holds the consecutive records of one stream written by one transaction.
 
 mod codec;
 pub mod wal;
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use bytes::Bytes;
@@ -133,6 +135,8 @@ impl Store {
             let mut records = txn.open_table(RECORDS)?;
             let mut snapshots = txn.open_table(SNAPSHOTS)?;
             meta.insert(APPLIED_SEQ, applied_seq)?;
+            // Consecutive records of a stream in one transaction are stored as one chunk row.
+            let mut pending: HashMap<u64, codec::ChunkBuilder> = HashMap::new();
             for effect in effects {
                 match effect {
                     Effect::PutBucket { bucket, state } => {
@@ -145,6 +149,7 @@ impl Store {
                         streams.insert(stream.id, codec::encode_meta(stream).as_slice())?;
                     }
                     Effect::DeleteStream { id, .. } => {
+                        pending.remove(id);
                         streams.remove(*id)?;
                         let id = *id;
                         records.retain_in((id, 0)..=(id, u64::MAX), |_, _| false)?;
@@ -156,13 +161,24 @@ impl Store {
                         offset,
                         bytes,
                     } => {
-                        records.insert((*stream_id, *offset), bytes.as_ref())?;
+                        let chunk = pending
+                            .entry(*stream_id)
+                            .or_insert_with(|| codec::ChunkBuilder::new(*offset));
+                        if chunk.end() != *offset {
+                            let full = std::mem::replace(chunk, codec::ChunkBuilder::new(*offset));
+                            records.insert((*stream_id, full.first()), full.encode().as_slice())?;
+                        }
+                        chunk.push(bytes.clone());
                     }
                     Effect::DeleteRecordsBelow { stream_id, offset } => {
-                        // Keep a record that straddles the new first offset.
+                        if let Some(chunk) = pending.remove(stream_id) {
+                            records
+                                .insert((*stream_id, chunk.first()), chunk.encode().as_slice())?;
+                        }
+                        // Keep a chunk that straddles the new first offset.
                         let limit = *offset;
                         records.retain_in((*stream_id, 0)..(*stream_id, limit), |key, value| {
-                            key.1 + value.len() as u64 > limit
+                            key.1 + codec::chunk_data_len(value) > limit
                         })?;
                     }
                     Effect::PutProducer {
@@ -194,6 +210,9 @@ impl Store {
                     }
                 }
             }
+            for (stream_id, chunk) in pending {
+                records.insert((stream_id, chunk.first()), chunk.encode().as_slice())?;
+            }
         }
         txn.commit()?;
         Ok(())
@@ -210,40 +229,29 @@ impl Store {
     ) -> Result<Vec<Record>, StorageError> {
         let txn = self.db.begin_read()?;
         let table = txn.open_table(RECORDS)?;
+        // The chunk that contains `from` may start before it.
+        let start = match table.range((stream_id, 0)..=(stream_id, from))?.next_back() {
+            Some(entry) => entry?.0.value().1,
+            None => from,
+        };
         let mut out = Vec::new();
         let mut total = 0usize;
-        // The record that contains `from` may start before it.
-        if let Some(entry) = table.range((stream_id, 0)..=(stream_id, from))?.next_back() {
+        for entry in table.range((stream_id, start)..(stream_id, until))? {
             let (key, value) = entry?;
-            let (_, start) = key.value();
-            let bytes = value.value();
-            if start < from && start + bytes.len() as u64 > from {
+            let chunk = Bytes::copy_from_slice(value.value());
+            for (offset, bytes) in codec::decode_chunk(key.value().1, &chunk)? {
+                let end = offset + bytes.len() as u64;
+                if end <= from {
+                    continue;
+                }
+                if offset >= until || total >= max_bytes {
+                    return Ok(out);
+                }
                 total += bytes.len();
-                out.push((start, Bytes::copy_from_slice(bytes)));
-            }
-        }
-        if total >= max_bytes || from >= until {
-            return Ok(out);
-        }
-        for entry in table.range((stream_id, from)..(stream_id, until))? {
-            let (key, value) = entry?;
-            let bytes = value.value();
-            total += bytes.len();
-            out.push((key.value().1, Bytes::copy_from_slice(bytes)));
-            if total >= max_bytes {
-                break;
+                out.push((offset, bytes));
             }
         }
         Ok(out)
-    }
-
-    /// The record that starts exactly at `offset`, if any.
-    pub fn record_at(&self, stream_id: u64, offset: u64) -> Result<Option<Bytes>, StorageError> {
-        let txn = self.db.begin_read()?;
-        let table = txn.open_table(RECORDS)?;
-        Ok(table
-            .get((stream_id, offset))?
-            .map(|value| Bytes::copy_from_slice(value.value())))
     }
 
     pub fn snapshot(&self, stream_id: u64, offset: u64) -> Result<Option<Bytes>, StorageError> {

@@ -29,7 +29,10 @@ pub struct Wal {
     file: File,
     write_pos: u64,
     last_seq: u64,
+    /// A zero-fill of the spare segment file, in progress or done.
     spare: Option<JoinHandle<io::Result<()>>>,
+    /// The spare segment file is a recycled old segment, ready to use.
+    recycled: bool,
     buffer: Vec<u8>,
 }
 
@@ -106,6 +109,7 @@ impl Wal {
             write_pos,
             last_seq,
             spare: None,
+            recycled: false,
             buffer: Vec::new(),
         };
         wal.prepare_spare();
@@ -154,15 +158,37 @@ impl Wal {
         self.write_pos += len as u64;
         self.active.last_seq = seq;
         self.last_seq = seq;
+        // Half way through a segment with no recycled one in sight, start zero-filling the
+        // next in the background.
+        if !self.recycled && self.spare.is_none() && self.write_pos > self.segment_size / 2 {
+            self.prepare_spare();
+        }
         Ok(())
     }
 
-    /// Deletes segments whose every record is at or below `seq` (they are in the checkpoint).
+    /// Drops segments whose every record is at or below `seq` (they are in the checkpoint).
+    /// One is kept as the next spare segment: reusing a file that is already allocated and
+    /// written spares the disk a zero-fill of a whole segment.
     pub fn purge_through(&mut self, seq: u64) {
         while self.closed.front().is_some_and(|s| s.last_seq <= seq) {
-            if let Some(segment) = self.closed.pop_front()
-                && let Err(error) = fs::remove_file(&segment.path)
-            {
+            let Some(segment) = self.closed.pop_front() else {
+                break;
+            };
+            let zero_fill_running = self.spare.as_ref().is_some_and(|h| !h.is_finished());
+            if !self.recycled && !zero_fill_running {
+                if let Some(done) = self.spare.take() {
+                    let _ = done.join();
+                }
+                // The rename replaces a zero-filled spare, if there is one.
+                match recycle(&segment.path, &self.dir.join(SPARE)) {
+                    Ok(()) => {
+                        self.recycled = true;
+                        continue;
+                    }
+                    Err(error) => tracing::warn!(%error, "cannot recycle a WAL segment"),
+                }
+            }
+            if let Err(error) = fs::remove_file(&segment.path) {
                 tracing::warn!(%error, path = %segment.path.display(), "cannot delete WAL segment");
             }
         }
@@ -174,9 +200,13 @@ impl Wal {
 
     fn roll(&mut self, next_seq: u64) -> io::Result<()> {
         let path = self.dir.join(segment_name(next_seq));
-        let spare_ready = match self.spare.take() {
-            Some(handle) => matches!(handle.join(), Ok(Ok(()))),
-            None => false,
+        let spare_ready = if std::mem::take(&mut self.recycled) {
+            true
+        } else {
+            match self.spare.take() {
+                Some(handle) => matches!(handle.join(), Ok(Ok(()))),
+                None => false,
+            }
         };
         if spare_ready {
             fs::rename(self.dir.join(SPARE), &path)?;
@@ -195,7 +225,6 @@ impl Wal {
         self.closed.push_back(finished);
         self.file = file;
         self.write_pos = 0;
-        self.prepare_spare();
         Ok(())
     }
 
@@ -257,6 +286,16 @@ fn zero_fill(path: &Path, size: u64) -> io::Result<()> {
     file.sync_all()
 }
 
+/// Turns a purged segment into the spare. Its first record header is zeroed first, so that
+/// until new records overwrite them, its old records read as the end of the log; any old record
+/// after the new ones breaks the sequence and is ignored too.
+fn recycle(segment: &Path, spare: &Path) -> io::Result<()> {
+    let file = OpenOptions::new().write(true).open(segment)?;
+    file.write_all_at(&[0u8; HEADER], 0)?;
+    file.sync_data()?;
+    fs::rename(segment, spare)
+}
+
 fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
@@ -282,11 +321,30 @@ mod tests {
             assert_eq!(record.payload, vec![record.seq as u8; 100]);
         }
         wal.append(101, b"after reopen").unwrap();
+        // Let the background zero-fill of the spare finish, as it has in any real run.
+        if let Some(spare) = wal.spare.take() {
+            spare.join().unwrap().unwrap();
+        }
         wal.purge_through(50);
+        assert!(wal.recycled, "a purged segment became the spare");
+        // Fill segments until the recycled one is in use again, then reopen.
+        for seq in 102..=160u64 {
+            wal.append(seq, &[seq as u8; 100]).unwrap();
+        }
         drop(wal);
         let (_, replay) = Wal::open(dir.path(), 4096).unwrap();
         assert!(replay.first().unwrap().seq <= 51);
-        assert_eq!(replay.last().unwrap().payload, b"after reopen");
+        let seqs: Vec<u64> = replay.iter().map(|r| r.seq).collect();
+        let first = seqs[0];
+        assert_eq!(
+            seqs,
+            (first..=160).collect::<Vec<_>>(),
+            "old records of a recycled segment never reappear"
+        );
+        assert_eq!(
+            replay.iter().find(|r| r.seq == 101).unwrap().payload,
+            b"after reopen"
+        );
     }
 
     #[test]
