@@ -17,8 +17,10 @@ fi
 
 data="$(mktemp -d)"
 log="$data/node.log"
-"$node_bin" --data-dir "$data/data" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
-  --long-poll-timeout 500ms 2>"$log" &
+# CI machines may have little free disk: lower the disk-pressure thresholds.
+printf '[raft.wal]\nmin_available_size = 16777216\nresume_available_size = 33554432\n' >"$data/node.toml"
+"$node_bin" --config "$data/node.toml" --data-dir "$data/data" --listen 127.0.0.1:0 \
+  --admin-listen 127.0.0.1:0 --long-poll-timeout 500ms 2>"$log" &
 pid=$!
 trap 'kill $pid 2>/dev/null || true; rm -rf "$data"' EXIT
 for _ in $(seq 1 100); do

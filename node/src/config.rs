@@ -29,6 +29,7 @@ pub struct Config {
     pub data_dir: PathBuf,
     pub server: ServerConfig,
     pub storage: StorageConfig,
+    pub raft: RaftConfig,
     pub runtime: RuntimeConfig,
 }
 
@@ -51,6 +52,60 @@ pub struct ServerConfig {
     /// clients resume from the last `streamNextOffset`.
     #[serde(deserialize_with = "duration")]
     pub sse_max_duration: Duration,
+    /// Write bodies the node holds at once (received, not yet durable); a write whose body
+    /// does not fit is refused with 503 `IngressBodyBytesLimitReached`.
+    pub http_inflight_body_size: u64,
+}
+
+/// The node's log. A single node's log is its write-ahead log; the keys keep the names they
+/// have on a replicated node.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RaftConfig {
+    /// Log bytes not yet covered by a checkpoint that the node aims to stay under. Past twice
+    /// this, writes with a body are refused (`RaftLogPressure`) until it is below 1.5 times.
+    pub snapshot_log_budget: u64,
+    pub wal: WalConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WalConfig {
+    /// Below this much free space on the log's filesystem, writes are refused
+    /// (`WalDiskPressure`).
+    pub min_available_size: u64,
+    /// Writes pass again once free space is back to this much.
+    pub resume_available_size: u64,
+    /// How often free space is sampled (statvfs).
+    #[serde(deserialize_with = "duration")]
+    pub free_space_check_interval: Duration,
+    /// How often redb is made durable, after which the log before it is deleted. It bounds
+    /// the log a restart replays.
+    #[serde(deserialize_with = "duration")]
+    pub checkpoint_interval: Duration,
+    /// Size of a log segment file, preallocated before use.
+    pub segment_size: u64,
+}
+
+impl Default for RaftConfig {
+    fn default() -> Self {
+        Self {
+            snapshot_log_budget: 256 * 1024 * 1024,
+            wal: WalConfig::default(),
+        }
+    }
+}
+
+impl Default for WalConfig {
+    fn default() -> Self {
+        Self {
+            min_available_size: 256 * 1024 * 1024,
+            resume_available_size: 512 * 1024 * 1024,
+            free_space_check_interval: Duration::from_millis(100),
+            checkpoint_interval: Duration::from_secs(2),
+            segment_size: 64 * 1024 * 1024,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -76,6 +131,7 @@ impl Default for Config {
             data_dir: PathBuf::from("./ursula-data"),
             server: ServerConfig::default(),
             storage: StorageConfig::default(),
+            raft: RaftConfig::default(),
             runtime: RuntimeConfig::default(),
         }
     }
@@ -92,6 +148,7 @@ impl Default for ServerConfig {
             max_snapshot_size: 256 * 1024 * 1024,
             read_chunk_size: 1024 * 1024,
             sse_max_duration: Duration::from_secs(60),
+            http_inflight_body_size: 256 * 1024 * 1024,
         }
     }
 }
@@ -143,6 +200,12 @@ impl Config {
             return Err(ConfigError::Invalid {
                 key: "storage.max_producers_per_stream",
                 message: "must be at least 1".into(),
+            });
+        }
+        if self.raft.wal.resume_available_size < self.raft.wal.min_available_size {
+            return Err(ConfigError::Invalid {
+                key: "raft.wal.resume_available_size",
+                message: "must be at least raft.wal.min_available_size".into(),
             });
         }
         if self.server.read_chunk_size == 0 {

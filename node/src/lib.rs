@@ -1,6 +1,7 @@
 //! Ursula node: the Durable Streams Protocol over HTTP, durable in redb.
 
 pub mod admin;
+pub mod admission;
 pub mod config;
 pub mod cursor;
 pub mod engine;
@@ -42,7 +43,7 @@ pub struct Node {
 /// Opens storage, binds both listeners and serves until the runtime stops.
 pub async fn start(config: Config) -> Result<Node, StartError> {
     config.validate()?;
-    let engine = Engine::open(&config.data_dir, config.limits())?;
+    let engine = Engine::open(&config.data_dir, config.limits(), &config.raft.wal)?;
     match engine
         .propose(Command::CreateBucket {
             bucket: config.server.compat_bucket.clone(),
@@ -73,9 +74,18 @@ pub async fn start(config: Config) -> Result<Node, StartError> {
         ready: Default::default(),
     });
     tokio::spawn(admin::serve(admin, admin_state.clone()));
+    let admission = admission::Admission::new(&config, engine.log_bytes.clone());
+    let wal_dir = config.data_dir.join("wal");
+    admission.sample_disk(&wal_dir, config.raft.wal.min_available_size);
+    tokio::spawn(
+        admission
+            .clone()
+            .watch_disk(wal_dir, config.raft.wal.clone()),
+    );
     let app = Arc::new(http::App {
         engine: engine.clone(),
         config: Arc::new(config),
+        admission,
     });
     tokio::spawn(http::serve(client, app));
     tokio::spawn(sweep_expired(engine.clone()));

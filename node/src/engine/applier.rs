@@ -10,8 +10,6 @@ use super::registry::Registry;
 use crate::machine::Effect;
 use crate::storage::Store;
 
-/// How often redb is made durable, bounding the WAL a restart replays.
-const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(2);
 /// Effects merged into one redb transaction at most.
 const MAX_EFFECTS: usize = 64 * 1024;
 /// redb transactions have a fixed cost; gathering the batches of a few milliseconds into one
@@ -23,6 +21,8 @@ pub struct Applier {
     pub registry: Arc<Registry>,
     /// The last WAL record a durable checkpoint covers; the writer purges the WAL up to it.
     pub checkpointed: Arc<AtomicU64>,
+    /// How often redb is made durable, bounding the WAL a restart replays.
+    pub checkpoint_interval: Duration,
 }
 
 impl Applier {
@@ -32,7 +32,7 @@ impl Applier {
         let mut last_commit = Instant::now();
         let mut stored = self.registry.stored_seq();
         loop {
-            let (mut seq, mut effects) = match inbox.recv_timeout(CHECKPOINT_INTERVAL) {
+            let (mut seq, mut effects) = match inbox.recv_timeout(self.checkpoint_interval) {
                 Ok(first) => first,
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
                     self.checkpoint(stored, &mut last_checkpoint);
@@ -61,7 +61,7 @@ impl Applier {
             }
             stored = seq;
             self.registry.set_stored(seq);
-            if last_checkpoint.elapsed() >= CHECKPOINT_INTERVAL {
+            if last_checkpoint.elapsed() >= self.checkpoint_interval {
                 self.checkpoint(stored, &mut last_checkpoint);
             }
         }

@@ -28,8 +28,6 @@ use writer::{Proposal, Writer};
 
 /// Proposals waiting for the writer; beyond this, proposers wait (backpressure).
 const INBOX_CAPACITY: usize = 16 * 1024;
-/// WAL segment files are this large, zero-filled ahead of use.
-const WAL_SEGMENT_SIZE: u64 = 64 * 1024 * 1024;
 /// Durable batches waiting for the applier; beyond this the writer waits.
 const APPLIER_BACKLOG: usize = 4096;
 /// Memory for tail caches across all streams.
@@ -65,6 +63,8 @@ pub struct Engine {
     registry: Arc<Registry>,
     touches: Arc<TouchTracker>,
     pub metrics: Arc<Metrics>,
+    /// Log bytes past the last checkpoint.
+    pub log_bytes: Arc<std::sync::atomic::AtomicU64>,
 }
 
 pub fn now_ms() -> u64 {
@@ -105,10 +105,14 @@ fn recover(
 impl Engine {
     /// Opens storage, restores the machine (replaying the WAL past the last checkpoint) and
     /// starts the writer thread.
-    pub fn open(data_dir: &Path, limits: Limits) -> Result<Arc<Self>, EngineError> {
+    pub fn open(
+        data_dir: &Path,
+        limits: Limits,
+        wal_config: &crate::config::WalConfig,
+    ) -> Result<Arc<Self>, EngineError> {
         let store = Arc::new(Store::open(data_dir)?);
         let (machine, applied) = store.load(limits)?;
-        let (mut wal, replay) = Wal::open(&data_dir.join("wal"), WAL_SEGMENT_SIZE)
+        let (mut wal, replay) = Wal::open(&data_dir.join("wal"), wal_config.segment_size)
             .map_err(|e| EngineError::Storage(format!("cannot open the WAL: {e}")))?;
         let machine = recover(&store, machine, applied, replay)?;
         wal.continue_after(applied);
@@ -119,11 +123,13 @@ impl Engine {
         let metrics = Arc::new(Metrics::default());
         let (inbox, rx) = mpsc::channel(INBOX_CAPACITY);
         let checkpointed = Arc::new(std::sync::atomic::AtomicU64::new(stored));
+        let log_bytes = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let (to_applier, applier_inbox) = std::sync::mpsc::sync_channel(APPLIER_BACKLOG);
         let applier = Applier {
             store: store.clone(),
             registry: registry.clone(),
             checkpointed: checkpointed.clone(),
+            checkpoint_interval: wal_config.checkpoint_interval,
         };
         let writer = Writer {
             machine,
@@ -133,6 +139,7 @@ impl Engine {
             metrics: metrics.clone(),
             applier: to_applier,
             checkpointed,
+            log_bytes: log_bytes.clone(),
         };
         let spawn_error =
             |e: std::io::Error| EngineError::Storage(format!("cannot start a thread: {e}"));
@@ -150,6 +157,7 @@ impl Engine {
             registry,
             touches,
             metrics,
+            log_bytes,
         }))
     }
 

@@ -33,6 +33,8 @@ pub struct Writer {
     pub metrics: Arc<Metrics>,
     pub applier: SyncSender<(u64, Vec<Effect>)>,
     pub checkpointed: Arc<AtomicU64>,
+    /// Log bytes past the last checkpoint, for write admission.
+    pub log_bytes: Arc<AtomicU64>,
 }
 
 impl Writer {
@@ -49,6 +51,8 @@ impl Writer {
             self.commit_batch(&mut batch);
             self.wal
                 .purge_through(self.checkpointed.load(Ordering::Acquire));
+            self.log_bytes
+                .store(self.wal.unsnapshotted_bytes(), Ordering::Release);
         }
     }
 

@@ -19,6 +19,7 @@ use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use ursula_wire::ErrorToken;
 
+use crate::admission::Admission;
 use crate::config::Config;
 use crate::engine::Engine;
 use error::ApiError;
@@ -28,6 +29,7 @@ use route::Target;
 pub struct App {
     pub engine: Arc<Engine>,
     pub config: Arc<Config>,
+    pub admission: Arc<Admission>,
 }
 
 /// Accepts connections until the listener fails; each connection speaks HTTP/1.1 or HTTP/2.
@@ -79,36 +81,76 @@ async fn dispatch(app: &App, request: Request<Incoming>) -> Result<Response<Body
     }
     let target = route::parse(request.uri().path(), &app.config.server.compat_bucket)?;
     let method = request.method().clone();
+    if matches!(method, Method::PUT | Method::POST | Method::DELETE) {
+        return write(app, request, target).await;
+    }
     match (target, method) {
-        (Target::Bucket(bucket), Method::PUT) => handlers::bucket::create(app, bucket).await,
-        (Target::Stream(path), Method::PUT) => handlers::create::handle(app, request, path).await,
-        (Target::Stream(path), Method::POST) => handlers::append::handle(app, request, path).await,
         (Target::Stream(path), Method::GET) => handlers::read::handle(app, request, path).await,
         (Target::Stream(path), Method::HEAD) => handlers::meta::head(app, &path),
-        (Target::Stream(path), Method::DELETE) => handlers::meta::delete(app, path).await,
         (Target::Bootstrap(path), Method::GET) => handlers::snapshot::bootstrap(app, &path).await,
         (Target::Snapshot(path, offset), Method::GET) => {
             handlers::snapshot::read(app, &path, &offset).await
         }
+        (target, method) => Err(method_not_allowed(&target, &method)),
+    }
+}
+
+/// Writes pass admission, then their body is read within the in-flight budget, which they
+/// hold until their answer is ready.
+async fn write(
+    app: &App,
+    request: Request<Incoming>,
+    target: Target,
+) -> Result<Response<Body>, ApiError> {
+    let limit = match target {
+        Target::Snapshot(..) => app.config.server.max_snapshot_size,
+        _ => app.config.server.max_append_size,
+    };
+    let declared = request::content_length(request.headers())?;
+    let has_body = declared.map_or_else(
+        || {
+            request
+                .headers()
+                .contains_key(http::header::TRANSFER_ENCODING)
+        },
+        |len| len > 0,
+    );
+    let mut permit = app.admission.admit(has_body, declared, limit)?;
+    let (parts, body) = request.into_parts();
+    let body = request::body(&parts.headers, body, limit, &mut permit).await?;
+    let method = parts.method.clone();
+    let answer = match (target, method) {
+        (Target::Bucket(bucket), Method::PUT) => handlers::bucket::create(app, bucket).await,
+        (Target::Stream(path), Method::PUT) => {
+            handlers::create::handle(app, parts, body, path).await
+        }
+        (Target::Stream(path), Method::POST) => {
+            handlers::append::handle(app, parts, body, path).await
+        }
+        (Target::Stream(path), Method::DELETE) => handlers::meta::delete(app, path).await,
         (Target::Snapshot(path, offset), Method::PUT) => {
-            handlers::snapshot::publish(app, request, path, &offset).await
+            handlers::snapshot::publish(app, parts, body, path, &offset).await
         }
         (Target::Retention(path, offset), Method::PUT) => {
             handlers::snapshot::retain(app, path, &offset).await
         }
-        (target, method) => {
-            let allowed = match target {
-                Target::Bucket(_) => "PUT, OPTIONS",
-                Target::Stream(_) => "PUT, POST, GET, HEAD, DELETE, OPTIONS",
-                Target::Bootstrap(_) => "GET, OPTIONS",
-                Target::Snapshot(..) => "GET, PUT, OPTIONS",
-                Target::Retention(..) => "PUT, OPTIONS",
-            };
-            Err(ApiError::new(
-                ErrorToken::MethodNotAllowed,
-                format!("{method} is not allowed here; allowed: {allowed}"),
-            )
-            .with_header("allow", allowed))
-        }
-    }
+        (target, method) => Err(method_not_allowed(&target, &method)),
+    };
+    drop(permit);
+    answer
+}
+
+fn method_not_allowed(target: &Target, method: &Method) -> ApiError {
+    let allowed = match target {
+        Target::Bucket(_) => "PUT, OPTIONS",
+        Target::Stream(_) => "PUT, POST, GET, HEAD, DELETE, OPTIONS",
+        Target::Bootstrap(_) => "GET, OPTIONS",
+        Target::Snapshot(..) => "GET, PUT, OPTIONS",
+        Target::Retention(..) => "PUT, OPTIONS",
+    };
+    ApiError::new(
+        ErrorToken::MethodNotAllowed,
+        format!("{method} is not allowed here; allowed: {allowed}"),
+    )
+    .with_header("allow", allowed)
 }

@@ -3,12 +3,13 @@
 
 use bytes::Bytes;
 use http::HeaderMap;
-use http_body_util::{BodyExt, Limited};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde_json::value::RawValue;
 use ursula_wire::{ErrorToken, headers};
 
 use super::error::ApiError;
+use crate::admission::{BodyPermit, not_applied};
 use crate::machine::{ExpiresAt, Payload, ProducerClaim};
 use crate::offset::{self, OffsetParam};
 
@@ -175,41 +176,62 @@ pub fn read_query(query: Option<&str>) -> Result<ReadQuery, ApiError> {
     Ok(out)
 }
 
-/// Reads a body of at most `limit` bytes; a longer one is a 413.
-pub async fn body(headers: &HeaderMap, body: Incoming, limit: u64) -> Result<Bytes, ApiError> {
-    let too_large = || {
-        ApiError::new(
-            ErrorToken::RequestBodyTooLarge,
-            format!("the request body is over this route's limit of {limit} bytes"),
-        )
-    };
-    let declared = header(headers, "content-length")?
+/// The declared `Content-Length`, if any.
+pub fn content_length(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
+    header(headers, "content-length")?
         .map(|v| {
             v.parse::<u64>()
                 .map_err(|_| ApiError::header("Content-Length", "not a number"))
         })
-        .transpose()?;
-    if declared.is_some_and(|length| length > limit) {
-        return Err(too_large());
-    }
-    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-    match Limited::new(body, limit).collect().await {
-        // A small body is a slice of the connection's read buffer; copying it lets that buffer
-        // be reused instead of pinning it for as long as the record stays in the tail cache.
-        Ok(collected) => {
-            let bytes = collected.to_bytes();
-            Ok(if bytes.len() <= 64 * 1024 {
-                Bytes::copy_from_slice(&bytes)
-            } else {
-                bytes
-            })
+        .transpose()
+}
+
+/// Reads a body of at most `limit` bytes (a longer one is a 413), holding its bytes in
+/// `permit` (a body of unknown length takes its share as it arrives).
+pub async fn body(
+    headers: &HeaderMap,
+    mut body: Incoming,
+    limit: u64,
+    permit: &mut BodyPermit,
+) -> Result<Bytes, ApiError> {
+    let declared = content_length(headers)?;
+    let mut parts: Vec<Bytes> = Vec::new();
+    let mut total: u64 = 0;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|error| {
+            ApiError::new(
+                ErrorToken::InvalidHeader,
+                format!("the request body could not be read: {error}"),
+            )
+        })?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        total += data.len() as u64;
+        if total > limit {
+            return Err(not_applied(
+                ErrorToken::RequestBodyTooLarge,
+                format!("the request body is over this route's limit of {limit} bytes"),
+            ));
         }
-        Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(too_large()),
-        Err(error) => Err(ApiError::new(
-            ErrorToken::InvalidHeader,
-            format!("the request body could not be read: {error}"),
-        )),
+        if declared.is_none() {
+            permit.grow(data.len() as u64)?;
+        }
+        parts.push(data);
     }
+    // A small body is a slice of the connection's read buffer; copying it lets that buffer
+    // be reused instead of pinning it for as long as the record stays in the tail cache.
+    Ok(match parts.len() {
+        0 => Bytes::new(),
+        1 if total > 64 * 1024 => parts.pop().unwrap_or_default(),
+        _ => {
+            let mut out = Vec::with_capacity(total as usize);
+            for part in &parts {
+                out.extend_from_slice(part);
+            }
+            Bytes::from(out)
+        }
+    })
 }
 
 /// Splits a JSON body into messages, flattening one level of array.

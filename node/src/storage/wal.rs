@@ -34,6 +34,9 @@ pub struct Wal {
     /// The spare segment file is a recycled old segment, ready to use.
     recycled: bool,
     buffer: Vec<u8>,
+    /// Records not yet covered by a checkpoint: (seq, bytes), oldest first.
+    unsnapshotted: VecDeque<(u64, u64)>,
+    unsnapshotted_bytes: u64,
 }
 
 /// A record read back at start-up.
@@ -111,6 +114,8 @@ impl Wal {
             spare: None,
             recycled: false,
             buffer: Vec::new(),
+            unsnapshotted: VecDeque::new(),
+            unsnapshotted_bytes: 0,
         };
         wal.prepare_spare();
         Ok((wal, records))
@@ -156,6 +161,8 @@ impl Wal {
             self.file.sync_data()?;
         }
         self.write_pos += len as u64;
+        self.unsnapshotted.push_back((seq, len as u64));
+        self.unsnapshotted_bytes += len as u64;
         self.active.last_seq = seq;
         self.last_seq = seq;
         // Half way through a segment with no recycled one in sight, start zero-filling the
@@ -170,6 +177,13 @@ impl Wal {
     /// One is kept as the next spare segment: reusing a file that is already allocated and
     /// written spares the disk a zero-fill of a whole segment.
     pub fn purge_through(&mut self, seq: u64) {
+        while let Some(&(oldest, len)) = self.unsnapshotted.front() {
+            if oldest > seq {
+                break;
+            }
+            self.unsnapshotted.pop_front();
+            self.unsnapshotted_bytes -= len;
+        }
         while self.closed.front().is_some_and(|s| s.last_seq <= seq) {
             let Some(segment) = self.closed.pop_front() else {
                 break;
@@ -192,6 +206,11 @@ impl Wal {
                 tracing::warn!(%error, path = %segment.path.display(), "cannot delete WAL segment");
             }
         }
+    }
+
+    /// Bytes of records appended since the last checkpoint (in this run).
+    pub fn unsnapshotted_bytes(&self) -> u64 {
+        self.unsnapshotted_bytes
     }
 
     pub fn segment_count(&self) -> usize {

@@ -157,6 +157,9 @@ pub async fn start_in_process(edit: impl FnOnce(&mut ursula_node::config::Config
     config.server.listen = "127.0.0.1:0".parse().expect("addr");
     config.server.admin_listen = "127.0.0.1:0".parse().expect("addr");
     config.server.long_poll_timeout = Duration::from_millis(300);
+    // Test machines may have little free disk; tests that need disk pressure set their own.
+    config.raft.wal.min_available_size = 1 << 20;
+    config.raft.wal.resume_available_size = 2 << 20;
     edit(&mut config);
     let node = ursula_node::start(config).await.expect("node starts");
     InProcess {
@@ -177,7 +180,17 @@ pub struct Process {
 
 impl Process {
     pub fn start(data_dir: &Path, extra: &[&str]) -> Self {
+        std::fs::create_dir_all(data_dir).expect("data dir");
+        // Test machines may have little free disk: lower the disk-pressure thresholds.
+        let config = data_dir.join("test-node.toml");
+        std::fs::write(
+            &config,
+            "[raft.wal]\nmin_available_size = 1048576\nresume_available_size = 2097152\n",
+        )
+        .expect("config file");
         let mut child = Command::new(env!("CARGO_BIN_EXE_ursula-node"))
+            .arg("--config")
+            .arg(&config)
             .args([
                 "--listen",
                 "127.0.0.1:0",

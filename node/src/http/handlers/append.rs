@@ -1,7 +1,8 @@
 //! `POST /{bucket}/{stream}`: append, close, or both at once.
 
-use http::{Request, Response, StatusCode};
-use hyper::body::Incoming;
+use bytes::Bytes;
+use http::request::Parts;
+use http::{Response, StatusCode};
 use ursula_wire::{ErrorToken, headers};
 
 use super::content_type;
@@ -16,16 +17,15 @@ use crate::offset;
 
 pub async fn handle(
     app: &App,
-    request: Request<Incoming>,
+    parts: Parts,
+    body: Bytes,
     path: StreamPath,
 ) -> Result<Response<Body>, ApiError> {
-    let (parts, body) = request.into_parts();
     let headers = &parts.headers;
     let close = request::flag(headers, headers::STREAM_CLOSED);
     let producer = request::producer(headers)?;
     let stream_seq = request::header(headers, headers::STREAM_SEQ)?.map(str::to_owned);
     let requested_type = content_type(headers)?;
-    let body = request::body(headers, body, app.config.server.max_append_size).await?;
 
     let payload = if body.is_empty() {
         if !close {

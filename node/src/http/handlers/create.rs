@@ -1,7 +1,8 @@
 //! `PUT /{bucket}/{stream}`: create a stream, possibly closed, with a body, or as a fork.
 
-use http::{HeaderMap, Request, Response, StatusCode};
-use hyper::body::Incoming;
+use bytes::Bytes;
+use http::request::Parts;
+use http::{HeaderMap, Response, StatusCode};
 use serde_json::value::RawValue;
 use ursula_wire::{ErrorToken, headers};
 
@@ -20,10 +21,10 @@ use crate::offset;
 
 pub async fn handle(
     app: &App,
-    request: Request<Incoming>,
+    parts: Parts,
+    body: Bytes,
     path: StreamPath,
 ) -> Result<Response<Body>, ApiError> {
-    let (parts, body) = request.into_parts();
     let headers = &parts.headers;
     let requested_type = content_type(headers)?;
     let ttl_secs = request::ttl(headers)?;
@@ -36,7 +37,6 @@ pub async fn handle(
     }
     let closed = request::flag(headers, headers::STREAM_CLOSED);
     let fork = fork_headers(app, headers)?;
-    let body = request::body(headers, body, app.config.server.max_append_size).await?;
     let now = now_ms();
 
     let fork = match fork {

@@ -5,9 +5,10 @@
 //! retained offset) onwards, each part with its `Content-Type`; the snapshot part carries
 //! `Stream-Snapshot-Offset`, the data part `Stream-Next-Offset`.
 
+use bytes::Bytes;
 use bytes::{BufMut, BytesMut};
-use http::{Request, Response, StatusCode};
-use hyper::body::Incoming;
+use http::request::Parts;
+use http::{Response, StatusCode};
 use sha2::{Digest, Sha256};
 use ursula_wire::{ErrorToken, headers};
 
@@ -16,7 +17,6 @@ use super::{content_type, invalid_offset, live_stream};
 use crate::engine::now_ms;
 use crate::http::App;
 use crate::http::error::ApiError;
-use crate::http::request;
 use crate::http::response::{Body, Reply};
 use crate::machine::stream::DEFAULT_CONTENT_TYPE;
 use crate::machine::{Command, Outcome, PublishSnapshot, StreamPath};
@@ -32,14 +32,13 @@ fn parse_offset(text: &str) -> Result<u64, ApiError> {
 
 pub async fn publish(
     app: &App,
-    request: Request<Incoming>,
+    parts: Parts,
+    body: Bytes,
     path: StreamPath,
     at: &str,
 ) -> Result<Response<Body>, ApiError> {
     let at = parse_offset(at)?;
-    let (parts, body) = request.into_parts();
     let kind = content_type(&parts.headers)?.unwrap_or_else(|| DEFAULT_CONTENT_TYPE.to_owned());
-    let body = request::body(&parts.headers, body, app.config.server.max_snapshot_size).await?;
     let digest: [u8; 32] = Sha256::digest(&body).into();
     let command = Command::PublishSnapshot(PublishSnapshot {
         path,
