@@ -1,4 +1,4 @@
-//! The admin listener: health, readiness and metrics. It is a separate socket from the client
+//! The admin listener: health, readiness, metrics and bucket purges. It is a separate socket from the client
 //! listener, so nothing here is reachable through the client port.
 
 use std::convert::Infallible;
@@ -12,10 +12,12 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use ursula_wire::ErrorToken;
+use ursula_wire::admin::PurgeResponse;
 
 use crate::engine::Engine;
 use crate::http::error::ApiError;
 use crate::http::response::{Body, Reply, add_common_headers};
+use crate::machine::{Command, Outcome};
 
 pub struct Admin {
     pub engine: Arc<Engine>,
@@ -42,31 +44,29 @@ async fn handle(
     admin: Arc<Admin>,
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
-    let mut response = route(&admin, &request).unwrap_or_else(ApiError::into_response);
+    let mut response = route(&admin, &request)
+        .await
+        .unwrap_or_else(ApiError::into_response);
     add_common_headers(response.headers_mut(), false);
     Ok(response)
 }
 
-fn route(admin: &Admin, request: &Request<Incoming>) -> Result<Response<Body>, ApiError> {
-    if request.method() != Method::GET {
-        return Err(ApiError::new(
-            ErrorToken::MethodNotAllowed,
-            format!("{} is not allowed on the admin listener", request.method()),
-        ));
-    }
-    match request.uri().path() {
-        "/healthz" => Ok(json(StatusCode::OK, r#"{"status":"ok"}"#)),
-        "/readyz" => {
+async fn route(admin: &Admin, request: &Request<Incoming>) -> Result<Response<Body>, ApiError> {
+    let path = request.uri().path();
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    match (request.method(), segments.as_slice()) {
+        (&Method::GET, ["healthz"]) => Ok(json(StatusCode::OK, r#"{"status":"ok"}"#.into())),
+        (&Method::GET, ["readyz"]) => {
             if admin.ready.load(Ordering::Acquire) {
-                Ok(json(StatusCode::OK, r#"{"status":"ready"}"#))
+                Ok(json(StatusCode::OK, r#"{"status":"ready"}"#.into()))
             } else {
                 Err(ApiError::new(
                     ErrorToken::Unavailable,
-                    "the node is starting",
+                    "the node is not serving",
                 ))
             }
         }
-        "/metrics" => {
+        (&Method::GET, ["metrics"]) => {
             let mut text = String::with_capacity(4096);
             admin.engine.metrics.render(&mut text);
             Ok(Reply::new(StatusCode::OK)
@@ -74,14 +74,54 @@ fn route(admin: &Admin, request: &Request<Incoming>) -> Result<Response<Body>, A
                 .body(text)
                 .build())
         }
-        other => Err(ApiError::new(
+        (&Method::POST, ["admin", "buckets", bucket, "purge"]) => purge(admin, bucket).await,
+        (_, ["healthz" | "readyz" | "metrics"] | ["admin", "buckets", _, "purge"]) => {
+            Err(ApiError::new(
+                ErrorToken::MethodNotAllowed,
+                format!("{} is not allowed on {path}", request.method()),
+            ))
+        }
+        _ => Err(ApiError::new(
             ErrorToken::NotFound,
-            format!("no admin route {other:?}"),
+            format!("no admin route {path:?}"),
         )),
     }
 }
 
-fn json(status: StatusCode, body: &'static str) -> Response<Body> {
+/// Deletes every stream of the bucket and fences the bucket ID for good. Purging a bucket that
+/// is already purged (or never existed) succeeds and fences it.
+async fn purge(admin: &Admin, bucket: &str) -> Result<Response<Body>, ApiError> {
+    if !crate::http::names::is_valid_bucket(bucket) {
+        return Err(ApiError::new(
+            ErrorToken::InvalidBucketId,
+            format!("{bucket:?} is not a bucket ID"),
+        ));
+    }
+    let outcome = admin
+        .engine
+        .propose(Command::PurgeBucket {
+            bucket: bucket.to_owned(),
+        })
+        .await?;
+    let Outcome::BucketPurged { streams } = outcome else {
+        return Err(ApiError::new(
+            ErrorToken::Internal,
+            "unexpected outcome of a purge",
+        ));
+    };
+    tracing::info!(bucket, streams, "bucket purged and fenced");
+    let body = PurgeResponse {
+        bucket: bucket.to_owned(),
+        purged_streams: streams as u64,
+        fenced: true,
+    };
+    Ok(json(
+        StatusCode::OK,
+        serde_json::to_string(&body).unwrap_or_default(),
+    ))
+}
+
+fn json(status: StatusCode, body: String) -> Response<Body> {
     Reply::new(status)
         .header("content-type", "application/json")
         .body(body)

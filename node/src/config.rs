@@ -55,6 +55,9 @@ pub struct ServerConfig {
     /// Write bodies the node holds at once (received, not yet durable); a write whose body
     /// does not fit is refused with 503 `IngressBodyBytesLimitReached`.
     pub http_inflight_body_size: u64,
+    /// On SIGTERM, how long requests in flight may take to finish.
+    #[serde(deserialize_with = "duration")]
+    pub shutdown_grace: Duration,
 }
 
 /// The node's log. A single node's log is its write-ahead log; the keys keep the names they
@@ -149,6 +152,7 @@ impl Default for ServerConfig {
             read_chunk_size: 1024 * 1024,
             sse_max_duration: Duration::from_secs(60),
             http_inflight_body_size: 256 * 1024 * 1024,
+            shutdown_grace: Duration::from_secs(10),
         }
     }
 }

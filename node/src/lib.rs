@@ -38,6 +38,27 @@ pub struct Node {
     pub client_addr: std::net::SocketAddr,
     pub admin_addr: std::net::SocketAddr,
     pub engine: Arc<Engine>,
+    admin: Arc<admin::Admin>,
+    stopping: tokio::sync::watch::Sender<bool>,
+    client_server: tokio::task::JoinHandle<()>,
+    grace: Duration,
+}
+
+impl Node {
+    /// Stops taking requests and lets those in flight finish, for at most the configured grace
+    /// (`server.shutdown_grace`). Live reads end early: long-polls answer, SSE streams close,
+    /// and their clients resume elsewhere. Acknowledged writes are already durable.
+    pub async fn shutdown(self) {
+        self.admin.ready.store(false, Ordering::Release);
+        self.stopping.send_replace(true);
+        let deadline = self.grace + Duration::from_millis(100);
+        if tokio::time::timeout(deadline, self.client_server)
+            .await
+            .is_err()
+        {
+            tracing::warn!("requests still in flight after the shutdown grace; stopping anyway");
+        }
+    }
 }
 
 /// Opens storage, binds both listeners and serves until the runtime stops.
@@ -82,18 +103,25 @@ pub async fn start(config: Config) -> Result<Node, StartError> {
             .clone()
             .watch_disk(wal_dir, config.raft.wal.clone()),
     );
+    let (stopping, stop_signal) = tokio::sync::watch::channel(false);
     let app = Arc::new(http::App {
         engine: engine.clone(),
         config: Arc::new(config),
         admission,
+        stopping: stop_signal.clone(),
     });
-    tokio::spawn(http::serve(client, app));
+    let grace = app.config.server.shutdown_grace;
+    let client_server = tokio::spawn(http::serve(client, app, stop_signal));
     tokio::spawn(sweep_expired(engine.clone()));
     admin_state.ready.store(true, Ordering::Release);
     Ok(Node {
         client_addr,
         admin_addr,
         engine,
+        admin: admin_state,
+        stopping,
+        client_server,
+        grace,
     })
 }
 

@@ -90,9 +90,11 @@ fn main() -> ExitCode {
             }
         };
         tracing::info!(client = %node.client_addr, admin = %node.admin_addr, "ursula-node serving");
-        // Every acknowledged write is already durable, so stopping needs no flush.
         let _ = shutdown_signal().await;
         tracing::info!("ursula-node stopping");
+        // Every acknowledged write is already durable: stopping only lets requests finish.
+        node.shutdown().await;
+        tracing::info!("ursula-node stopped");
         ExitCode::SUCCESS
     })
 }

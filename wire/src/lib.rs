@@ -2,6 +2,7 @@
 //! name each refusal, and the JSON error body. Node and gateway both depend on this crate and on
 //! nothing of each other, so a token can never be spelled two ways.
 
+pub mod admin;
 pub mod headers;
 mod token;
 

@@ -16,7 +16,9 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use ursula_wire::ErrorToken;
 
 use crate::admission::Admission;
@@ -30,12 +32,20 @@ pub struct App {
     pub engine: Arc<Engine>,
     pub config: Arc<Config>,
     pub admission: Arc<Admission>,
+    /// Turns true when the node shuts down: live reads end.
+    pub stopping: watch::Receiver<bool>,
 }
 
-/// Accepts connections until the listener fails; each connection speaks HTTP/1.1 or HTTP/2.
-pub async fn serve(listener: TcpListener, app: Arc<App>) {
+/// Accepts connections until `stopping` turns true; each connection speaks HTTP/1.1 or
+/// HTTP/2. Then waits for open connections to finish their requests, up to the grace.
+pub async fn serve(listener: TcpListener, app: Arc<App>, mut stopping: watch::Receiver<bool>) {
+    let graceful = GracefulShutdown::new();
     loop {
-        let (stream, _) = match listener.accept().await {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = until_stopping(&mut stopping) => break,
+        };
+        let (stream, _) = match accepted {
             Ok(accepted) => accepted,
             Err(error) => {
                 tracing::warn!(%error, "accept failed");
@@ -44,17 +54,32 @@ pub async fn serve(listener: TcpListener, app: Arc<App>) {
             }
         };
         let _ = stream.set_nodelay(true);
-        let app = app.clone();
+        let app_for_service = app.clone();
+        let service = service_fn(move |request| handle(app_for_service.clone(), request));
+        let connection = auto::Builder::new(TokioExecutor::new())
+            .serve_connection(TokioIo::new(stream), service)
+            .into_owned();
+        let connection = graceful.watch(connection);
         tokio::spawn(async move {
-            let service = service_fn(move |request| handle(app.clone(), request));
-            let builder = auto::Builder::new(TokioExecutor::new());
-            if let Err(error) = builder
-                .serve_connection(TokioIo::new(stream), service)
-                .await
-            {
+            if let Err(error) = connection.await {
                 tracing::debug!(%error, "connection ended with an error");
             }
         });
+    }
+    drop(listener);
+    let grace = app.config.server.shutdown_grace;
+    if tokio::time::timeout(grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after the shutdown grace");
+    }
+}
+
+/// Completes once the node starts shutting down; never, if the signal's sender is gone.
+pub async fn until_stopping(stopping: &mut watch::Receiver<bool>) {
+    if stopping.wait_for(|stop| *stop).await.is_err() {
+        std::future::pending::<()>().await;
     }
 }
 

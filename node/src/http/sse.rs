@@ -45,6 +45,7 @@ pub fn respond(
         deadline: Instant::now() + app.config.server.sse_max_duration,
         client_cursor,
         tx,
+        stopping: app.stopping.clone(),
     };
     tokio::spawn(session.run(from));
     let events = futures_util::stream::unfold(rx, |mut rx| async move {
@@ -74,10 +75,11 @@ struct Session {
     deadline: Instant,
     client_cursor: Option<String>,
     tx: mpsc::Sender<Bytes>,
+    stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Session {
-    async fn run(self, mut at: u64) {
+    async fn run(mut self, mut at: u64) {
         let mut changes = self.handle.subscribe();
         let mut announced = false;
         loop {
@@ -120,6 +122,7 @@ impl Session {
                     }
                 }
                 () = tokio::time::sleep_until(self.deadline) => return,
+                () = super::until_stopping(&mut self.stopping) => return,
             }
         }
     }

@@ -146,6 +146,7 @@ pub struct InProcess {
     pub client_addr: SocketAddr,
     pub admin_addr: SocketAddr,
     pub dir: tempfile::TempDir,
+    pub node: ursula_node::Node,
 }
 
 pub async fn start_in_process(edit: impl FnOnce(&mut ursula_node::config::Config)) -> InProcess {
@@ -168,6 +169,7 @@ pub async fn start_in_process(edit: impl FnOnce(&mut ursula_node::config::Config
         client_addr: node.client_addr,
         admin_addr: node.admin_addr,
         dir,
+        node,
     }
 }
 

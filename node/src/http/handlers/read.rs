@@ -192,6 +192,7 @@ async fn long_poll(
 ) -> Result<Response<Body>, ApiError> {
     let deadline = Instant::now() + app.config.server.long_poll_timeout;
     let mut changes = handle.subscribe();
+    let mut stopping = app.stopping.clone();
     let mut from = None;
     loop {
         let meta = handle.meta();
@@ -236,7 +237,7 @@ async fn long_poll(
                 .body(chunk.body)
                 .build());
         }
-        let timed_out = Instant::now() >= deadline;
+        let timed_out = Instant::now() >= deadline || *stopping.borrow();
         if meta.closed || timed_out {
             return Ok(Reply::new(StatusCode::NO_CONTENT)
                 .header(headers::STREAM_NEXT_OFFSET, offset::format(meta.tail))
@@ -253,6 +254,7 @@ async fn long_poll(
                 }
             }
             () = tokio::time::sleep_until(deadline) => {}
+            () = crate::http::until_stopping(&mut stopping) => {}
         }
     }
 }

@@ -1,0 +1,127 @@
+//! The admin listener: purges through it, never through the client listener; SIGTERM lets
+//! requests in flight finish and exits.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use http::{Method, StatusCode};
+use support::{Process, start_in_process};
+use ursula_wire::admin::PurgeResponse;
+
+const TEXT: (&str, &str) = ("content-type", "text/plain");
+
+#[tokio::test]
+async fn purge_deletes_every_stream_and_fences_the_bucket() {
+    let node = start_in_process(|_| {}).await;
+    for bucket in ["gone", "kept"] {
+        assert_eq!(
+            node.client.put(&format!("/{bucket}"), &[], "").await.status,
+            StatusCode::CREATED
+        );
+        for s in ["a", "b", "c"] {
+            let created = node
+                .client
+                .put(&format!("/{bucket}/{s}"), &[TEXT], "data")
+                .await;
+            assert_eq!(created.status, StatusCode::CREATED);
+        }
+    }
+    // Never reachable through the client listener.
+    let on_client = node.client.post("/admin/buckets/gone/purge", &[], "").await;
+    assert_eq!(on_client.status, StatusCode::NOT_FOUND);
+    assert_eq!(node.client.get("/gone/a?offset=-1").await.text(), "data");
+
+    let purged = node.admin.post("/admin/buckets/gone/purge", &[], "").await;
+    assert_eq!(purged.status, StatusCode::OK, "{}", purged.text());
+    let body: PurgeResponse = serde_json::from_slice(&purged.body).expect("purge response");
+    assert_eq!(
+        body,
+        PurgeResponse {
+            bucket: "gone".into(),
+            purged_streams: 3,
+            fenced: true
+        }
+    );
+
+    for s in ["a", "b", "c"] {
+        let path = format!("/gone/{s}");
+        assert_eq!(node.client.get(&path).await.status, StatusCode::NOT_FOUND);
+        assert_eq!(
+            node.client.send(Method::HEAD, &path, &[], "").await.status,
+            StatusCode::NOT_FOUND
+        );
+        let append = node.client.post(&path, &[TEXT], "x").await;
+        assert_eq!(append.status, StatusCode::NOT_FOUND);
+        assert_eq!(append.error(), "BucketNotFound");
+    }
+    // Fenced for good: neither streams nor the bucket itself come back.
+    let create = node.client.put("/gone/a", &[TEXT], "").await;
+    assert_eq!(create.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        node.client.put("/gone", &[], "").await.status,
+        StatusCode::NOT_FOUND
+    );
+    // A retry succeeds and purges nothing more; other buckets are untouched.
+    let again = node.admin.post("/admin/buckets/gone/purge", &[], "").await;
+    let again: PurgeResponse = serde_json::from_slice(&again.body).expect("purge response");
+    assert_eq!(again.purged_streams, 0);
+    for s in ["a", "b", "c"] {
+        assert_eq!(
+            node.client
+                .get(&format!("/kept/{s}?offset=-1"))
+                .await
+                .text(),
+            "data"
+        );
+    }
+    let invalid = node.admin.post("/admin/buckets/NO/purge", &[], "").await;
+    assert_eq!(invalid.status, StatusCode::BAD_REQUEST);
+    assert_eq!(invalid.error(), "InvalidBucketId");
+    let wrong_method = node.admin.get("/admin/buckets/kept/purge").await;
+    assert_eq!(wrong_method.status, StatusCode::METHOD_NOT_ALLOWED);
+}
+
+#[test]
+fn sigterm_ends_live_reads_and_exits_cleanly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let mut node = Process::start(dir.path(), &["--long-poll-timeout", "30s"]);
+    let client = node.client();
+    let tail = runtime.block_on(async {
+        client.put("/term", &[], "").await;
+        let created = client.put("/term/s", &[TEXT], "kept").await;
+        assert_eq!(created.status, StatusCode::CREATED);
+        created
+            .header("stream-next-offset")
+            .expect("offset")
+            .to_owned()
+    });
+    let waiting = {
+        let client = client.clone();
+        let path = format!("/term/s?offset={tail}&live=long-poll");
+        runtime.spawn(async move {
+            let started = Instant::now();
+            let reply = client.try_send(Method::GET, &path, &[], "").await;
+            (reply, started.elapsed())
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: sending a signal to our own child process.
+    unsafe { libc::kill(node.child.id() as libc::pid_t, libc::SIGTERM) };
+    let (reply, waited) = runtime.block_on(waiting).expect("long-poll task");
+    let reply = reply.expect("the long-poll was answered, not cut");
+    assert_eq!(reply.status, StatusCode::NO_CONTENT);
+    assert!(
+        waited < Duration::from_secs(10),
+        "the long-poll ended early, after {waited:?}"
+    );
+    let status = node.child.wait().expect("exit");
+    assert!(status.success(), "{status}");
+
+    let node = Process::start(dir.path(), &[]);
+    let client = node.client();
+    runtime.block_on(async {
+        assert_eq!(client.get("/term/s?offset=-1").await.text(), "kept");
+    });
+}
