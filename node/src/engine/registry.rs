@@ -124,14 +124,7 @@ impl StreamHandle {
             || registry.cache_budget.load(Ordering::Relaxed) < 0
         {
             match cache.records.front() {
-                Some(oldest) if oldest.seq <= stored => {
-                    let len = oldest.bytes.len();
-                    cache.records.pop_front();
-                    cache.bytes -= len;
-                    registry
-                        .cache_budget
-                        .fetch_add(len as isize, Ordering::Relaxed);
-                }
+                Some(oldest) if oldest.seq <= stored => Self::pop_oldest(cache, registry),
                 _ => break,
             }
         }
@@ -144,12 +137,16 @@ impl StreamHandle {
             if oldest.offset + oldest.bytes.len() as u64 > offset {
                 break;
             }
-            let len = oldest.bytes.len();
-            cache.records.pop_front();
-            cache.bytes -= len;
+            Self::pop_oldest(&mut cache, registry);
+        }
+    }
+
+    fn pop_oldest(cache: &mut TailCache, registry: &Registry) {
+        if let Some(oldest) = cache.records.pop_front() {
+            cache.bytes -= oldest.bytes.len();
             registry
                 .cache_budget
-                .fetch_add(len as isize, Ordering::Relaxed);
+                .fetch_add(oldest.bytes.len() as isize, Ordering::Relaxed);
         }
     }
 

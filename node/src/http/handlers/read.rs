@@ -148,38 +148,65 @@ fn catch_up(
         from,
         app.config.server.read_chunk_size,
     )?;
-    let up_to_date = chunk.next == meta.tail;
-    let at_eof = meta.closed && up_to_date;
-    let etag = format!(
-        "\"{}:{}:{}{}\"",
-        meta.id,
-        from,
-        chunk.next,
-        if at_eof { ":c" } else { "" }
-    );
-    let reply = |status| {
+    let framed = Framed::new(meta, from, &chunk);
+    // A chunk short of the tail never changes and may be cached; an answer at the tail
+    // changes with the next append, so it must be revalidated (cheaply, by ETag).
+    let cache_control = if framed.up_to_date {
+        "no-cache"
+    } else {
+        "public, max-age=60, stale-while-revalidate=300"
+    };
+    let matches =
+        request::header(request_headers, "if-none-match")?.is_some_and(|v| v == framed.etag);
+    if matches {
+        return Ok(framed
+            .reply(StatusCode::NOT_MODIFIED, meta)
+            .header("cache-control", cache_control)
+            .build());
+    }
+    Ok(framed
+        .reply(StatusCode::OK, meta)
+        .header("cache-control", cache_control)
+        .body(chunk.body)
+        .build())
+}
+
+/// The headers every answer carrying a chunk has.
+struct Framed {
+    next: u64,
+    up_to_date: bool,
+    at_eof: bool,
+    etag: String,
+}
+
+impl Framed {
+    fn new(meta: &StreamMeta, from: u64, chunk: &Chunk) -> Self {
+        let up_to_date = chunk.next == meta.tail;
+        let at_eof = meta.closed && up_to_date;
+        // The ETag names the incarnation and range, and changes when the stream is closed.
+        let etag = format!(
+            "\"{}:{}:{}{}\"",
+            meta.id,
+            from,
+            chunk.next,
+            if at_eof { ":c" } else { "" }
+        );
+        Self {
+            next: chunk.next,
+            up_to_date,
+            at_eof,
+            etag,
+        }
+    }
+
+    fn reply(&self, status: StatusCode, meta: &StreamMeta) -> Reply {
         Reply::new(status)
             .header("content-type", &meta.content_type)
-            .header(headers::STREAM_NEXT_OFFSET, offset::format(chunk.next))
-            .header_if(up_to_date, headers::STREAM_UP_TO_DATE, "true")
-            .header_if(at_eof, headers::STREAM_CLOSED, "true")
-            .header("etag", &etag)
-            // A chunk short of the tail never changes and may be cached; an answer at the tail
-            // changes with the next append, so it must be revalidated (cheaply, by ETag).
-            .header(
-                "cache-control",
-                if up_to_date {
-                    "no-cache"
-                } else {
-                    "public, max-age=60, stale-while-revalidate=300"
-                },
-            )
-    };
-    let matches = request::header(request_headers, "if-none-match")?.is_some_and(|v| v == etag);
-    if matches {
-        return Ok(reply(StatusCode::NOT_MODIFIED).build());
+            .header(headers::STREAM_NEXT_OFFSET, offset::format(self.next))
+            .header_if(self.up_to_date, headers::STREAM_UP_TO_DATE, "true")
+            .header_if(self.at_eof, headers::STREAM_CLOSED, "true")
+            .header("etag", &self.etag)
     }
-    Ok(reply(StatusCode::OK).body(chunk.body).build())
 }
 
 /// Waits for data past the offset, up to the configured timeout. Answers at once when data is
@@ -215,24 +242,10 @@ async fn long_poll(
                 at,
                 app.config.server.read_chunk_size,
             )?;
-            let up_to_date = chunk.next == meta.tail;
-            let at_eof = meta.closed && up_to_date;
-            return Ok(Reply::new(StatusCode::OK)
-                .header("content-type", &meta.content_type)
-                .header(headers::STREAM_NEXT_OFFSET, offset::format(chunk.next))
-                .header_if(up_to_date, headers::STREAM_UP_TO_DATE, "true")
-                .header_if(at_eof, headers::STREAM_CLOSED, "true")
-                .header(
-                    "etag",
-                    format!(
-                        "\"{}:{}:{}{}\"",
-                        meta.id,
-                        at,
-                        chunk.next,
-                        if at_eof { ":c" } else { "" }
-                    ),
-                )
-                .header_if(!at_eof, headers::STREAM_CURSOR, &cursor)
+            let framed = Framed::new(&meta, at, &chunk);
+            return Ok(framed
+                .reply(StatusCode::OK, &meta)
+                .header_if(!framed.at_eof, headers::STREAM_CURSOR, &cursor)
                 .header("cache-control", "no-cache")
                 .body(chunk.body)
                 .build());
