@@ -31,9 +31,14 @@ impl Applier {
         let mut last_checkpoint = Instant::now();
         let mut last_commit = Instant::now();
         let mut stored = self.registry.stored_seq();
+        // Reused across commits: growing a fresh vector each time costs more than redb does.
+        let mut effects: Vec<Effect> = Vec::new();
         loop {
-            let (mut seq, mut effects) = match inbox.recv_timeout(self.checkpoint_interval) {
-                Ok(first) => first,
+            let mut seq = match inbox.recv_timeout(self.checkpoint_interval) {
+                Ok((seq, first)) => {
+                    effects.extend(first);
+                    seq
+                }
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
                     self.checkpoint(stored, &mut last_checkpoint);
                     continue;
@@ -54,7 +59,10 @@ impl Applier {
                 }
             }
             last_commit = Instant::now();
-            if let Err(error) = self.store.commit(&coalesce(effects), seq, false) {
+            coalesce(&mut effects);
+            let committed = self.store.commit(&effects, seq, false);
+            effects.clear();
+            if let Err(error) = committed {
                 // Memory is ahead of redb; only a restart (WAL replay) can reconcile them.
                 tracing::error!(%error, "cannot write applied state to redb; exiting to recover");
                 std::process::exit(70);
@@ -83,7 +91,7 @@ impl Applier {
 /// Keeps only the last metadata write of each stream: a batch of appends rewrites the same
 /// rows many times, and redb needs only the final value. Stream IDs are never reused, so no
 /// write for a stream follows its deletion.
-fn coalesce(effects: Vec<Effect>) -> Vec<Effect> {
+fn coalesce(effects: &mut Vec<Effect>) {
     let mut latest: std::collections::HashMap<u64, usize> = Default::default();
     for (i, effect) in effects.iter().enumerate() {
         match effect {
@@ -96,15 +104,15 @@ fn coalesce(effects: Vec<Effect>) -> Vec<Effect> {
             _ => {}
         }
     }
-    effects
-        .into_iter()
-        .enumerate()
-        .filter(|(i, effect)| match effect {
-            Effect::PutStream(meta) => latest.get(&meta.id) == Some(i),
+    let mut i = 0;
+    effects.retain(|effect| {
+        let keep = match effect {
+            Effect::PutStream(meta) => latest.get(&meta.id) == Some(&i),
             _ => true,
-        })
-        .map(|(_, effect)| effect)
-        .collect()
+        };
+        i += 1;
+        keep
+    });
 }
 
 /// The applier is never on a request's path: it runs only on CPU time no request thread wants
