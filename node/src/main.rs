@@ -5,11 +5,6 @@ use std::process::ExitCode;
 use clap::Parser;
 use ursula_node::config::{Config, parse_duration};
 
-// The writer allocates and frees page buffers on every commit; glibc malloc returned them to the
-// kernel and paid for zeroed pages again each time (a fifth of CPU under load).
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Ursula node: durable append-only streams over HTTP (the Durable Streams Protocol).
 ///
 /// With no arguments it runs the embedded single-node default: clients on 127.0.0.1:4437,
