@@ -3,11 +3,15 @@
 # pinned in package-lock.json) against a freshly started ursula-node, through the compat
 # family /v1/stream/{name}. Fails unless every default test passes.
 #
-# Usage: e2e/conformance/run.sh [path/to/ursula-node]   (default: target/debug/ursula-node)
+# Usage: e2e/conformance/run.sh [--via-gateway] [path/to/target/dir]   (default: target/debug)
+#   --via-gateway   put ursula-gateway in front of the node and run the suite through it
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-node_bin="$(realpath "${1:-$root/target/debug/ursula-node}")"
+via_gateway=0
+if [ "${1:-}" = "--via-gateway" ]; then via_gateway=1; shift; fi
+bin_dir="$(realpath "${1:-$root/target/debug}")"
+node_bin="$bin_dir/ursula-node"
 expected=332
 
 cd "$here"
@@ -32,6 +36,21 @@ for _ in $(seq 1 100); do
 done
 [ -n "${addr:-}" ] || { echo "ursula-node did not start:"; cat "$log"; exit 1; }
 echo "conformance: ursula-node at http://$addr"
+if [ "$via_gateway" = 1 ]; then
+  glog="$data/gateway.log"
+  "$bin_dir/ursula-gateway" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
+    --upstream "http://$addr" 2>"$glog" &
+  gpid=$!
+  trap 'kill $pid $gpid 2>/dev/null || true; rm -rf "$data"' EXIT
+  addr=""
+  for _ in $(seq 1 100); do
+    addr="$(sed -n 's/.*ursula-gateway serving client=\([0-9.:]*\).*/\1/p' "$glog")"
+    [ -n "$addr" ] && break
+    sleep 0.1
+  done
+  [ -n "$addr" ] || { echo "ursula-gateway did not start:"; cat "$glog"; exit 1; }
+  echo "conformance: through ursula-gateway at http://$addr"
+fi
 
 status=0
 CONFORMANCE_TEST_URL="http://$addr" npx vitest run --reporter=default \

@@ -49,6 +49,7 @@ pub enum ErrorToken {
     RaftUncommittedBackpressure,
     ColdBackpressure,
     LeaderNotFound,
+    UpstreamUnavailable,
 }
 
 impl ErrorToken {
@@ -91,6 +92,7 @@ impl ErrorToken {
             Self::RaftUncommittedBackpressure => "RaftUncommittedBackpressure",
             Self::ColdBackpressure => "ColdBackpressure",
             Self::LeaderNotFound => "LeaderNotFound",
+            Self::UpstreamUnavailable => "UpstreamUnavailable",
         }
     }
 
@@ -133,7 +135,8 @@ impl ErrorToken {
             | Self::GroupNotHosted
             | Self::RaftUncommittedBackpressure
             | Self::ColdBackpressure
-            | Self::LeaderNotFound => 503,
+            | Self::LeaderNotFound
+            | Self::UpstreamUnavailable => 503,
         }
     }
 }

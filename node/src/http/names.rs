@@ -1,7 +1,8 @@
 //! Bucket IDs, stream names and URL paths.
 //!
 //! A bucket ID is 3 to 63 characters of `a-z`, `0-9` and `-`, starting and ending with a letter
-//! or digit (the S3 rule without dots). A stream name is 1 to 1024 bytes of UTF-8 after
+//! or digit (the S3 rule without dots), and not `admin`, which is reserved so that no client
+//! route starts with `/admin/` (a gateway refuses those paths without forwarding them). A stream name is 1 to 1024 bytes of UTF-8 after
 //! percent-decoding, made of `/`-separated segments that are neither empty, `.` nor `..`, with
 //! no control characters.
 
@@ -11,7 +12,8 @@ pub const MAX_STREAM_NAME: usize = 1024;
 
 pub fn is_valid_bucket(id: &str) -> bool {
     let bytes = id.as_bytes();
-    (3..=63).contains(&bytes.len())
+    id != "admin"
+        && (3..=63).contains(&bytes.len())
         && bytes
             .iter()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')

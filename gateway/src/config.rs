@@ -1,0 +1,78 @@
+//! Gateway configuration: `--config FILE` (TOML) with flags over it.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Where clients connect.
+    pub listen: SocketAddr,
+    /// Health, readiness and metrics of the gateway itself.
+    pub admin_listen: SocketAddr,
+    /// The nodes' client listeners, e.g. `http://ursula-0.ursula-headless:4437`.
+    pub upstreams: Vec<String>,
+    /// Write bodies are buffered so they can be resent after a redirect; larger ones are
+    /// refused with 413 `RequestBodyTooLarge`.
+    pub max_buffered_body_size: u64,
+    /// Leader redirects followed in a row at most.
+    pub max_redirect_hops: u32,
+    /// No hop starts later than this after the first redirect.
+    #[serde(deserialize_with = "duration")]
+    pub redirect_window: Duration,
+    /// How long connecting to an upstream may take.
+    #[serde(deserialize_with = "duration")]
+    pub connect_timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], ursula_wire::ports::CLIENT)),
+            admin_listen: SocketAddr::from(([127, 0, 0, 1], ursula_wire::ports::ADMIN)),
+            upstreams: Vec::new(),
+            max_buffered_body_size: 64 * 1024 * 1024,
+            max_redirect_hops: 3,
+            redirect_window: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(1),
+        }
+    }
+}
+
+fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    humantime::parse_duration(&text).map_err(serde::de::Error::custom)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {0}: {1}")]
+    Read(String, std::io::Error),
+    #[error("invalid config: {0}")]
+    Invalid(String),
+}
+
+impl Config {
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::Read(path.display().to_string(), e))?;
+        toml::from_str(&text).map_err(|e| ConfigError::Invalid(e.to_string()))
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.upstreams.is_empty() {
+            return Err(ConfigError::Invalid(
+                "at least one upstream is needed (--upstream URL)".into(),
+            ));
+        }
+        for upstream in &self.upstreams {
+            crate::upstream::Origin::parse(upstream).ok_or_else(|| {
+                ConfigError::Invalid(format!("upstream {upstream:?} is not an http:// URL"))
+            })?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,322 @@
+//! Forwarding: one request in, attempts to upstreams under the redirect rule, one answer out,
+//! always with the vouch `x-ursula-not-applied-checked: 1`.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use ursula_wire::{ErrorBody, ErrorToken, headers};
+
+use crate::config::Config;
+use crate::follow::{Decision, Follow, Limits, Observed};
+use crate::upstream::Upstreams;
+
+pub type Body = UnsyncBoxBody<Bytes, hyper::Error>;
+
+fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into())
+        .map_err(|never: Infallible| match never {})
+        .boxed_unsync()
+}
+
+#[derive(Default)]
+pub struct Metrics {
+    pub requests: AtomicU64,
+    pub redirects_followed: AtomicU64,
+    pub refusals: AtomicU64,
+}
+
+pub struct Gateway {
+    client: Client<HttpConnector, Full<Bytes>>,
+    pub upstreams: Upstreams,
+    config: Config,
+    pub metrics: Metrics,
+}
+
+/// A refusal the gateway answers itself.
+#[derive(Debug)]
+pub struct Refusal {
+    token: ErrorToken,
+    message: String,
+    /// Whether the answer proves that nothing of the request applied.
+    marked: bool,
+}
+
+impl Refusal {
+    fn new(token: ErrorToken, message: impl Into<String>, marked: bool) -> Self {
+        Self {
+            token,
+            message: message.into(),
+            marked,
+        }
+    }
+
+    fn into_response(self) -> Response<Body> {
+        let status =
+            StatusCode::from_u16(self.token.status()).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+        let mut response = Response::new(full(ErrorBody::new(self.token, self.message).to_json()));
+        *response.status_mut() = status;
+        let map = response.headers_mut();
+        map.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        map.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            map.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        if self.marked {
+            map.insert(headers::NOT_APPLIED, HeaderValue::from_static(self.token.as_str()));
+        }
+        response
+    }
+}
+
+/// Connection-scoped headers, never forwarded in either direction.
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "proxy-authorization",
+];
+
+fn strip_hop_by_hop(map: &mut HeaderMap) {
+    let named: Vec<HeaderName> = map
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        map.remove(name);
+    }
+    for name in HOP_BY_HOP {
+        map.remove(name);
+    }
+}
+
+/// The nodes' admin routes live on their admin listeners; the gateway never forwards them.
+/// (The bucket ID `admin` is reserved, so no stream route starts with `/admin/`.)
+fn is_admin_path(path: &str) -> bool {
+    path.starts_with("/admin/") || matches!(path, "/admin" | "/healthz" | "/readyz" | "/metrics")
+}
+
+impl Gateway {
+    pub fn new(config: Config) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(config.connect_timeout));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(256)
+            .build(connector);
+        Self {
+            client,
+            upstreams: Upstreams::new(&config.upstreams),
+            config,
+            metrics: Metrics::default(),
+        }
+    }
+
+    pub async fn handle(
+        self: Arc<Self>,
+        request: Request<Incoming>,
+    ) -> Result<Response<Body>, Infallible> {
+        self.metrics.requests.fetch_add(1, Ordering::Relaxed);
+        let mut response = match self.forward(request).await {
+            Ok(response) => response,
+            Err(refusal) => {
+                self.metrics.refusals.fetch_add(1, Ordering::Relaxed);
+                refusal.into_response()
+            }
+        };
+        response
+            .headers_mut()
+            .insert(headers::NOT_APPLIED_CHECKED, HeaderValue::from_static("1"));
+        Ok(response)
+    }
+
+    async fn forward(&self, request: Request<Incoming>) -> Result<Response<Body>, Refusal> {
+        let (mut parts, incoming) = request.into_parts();
+        let path = parts.uri.path().to_owned();
+        if is_admin_path(&path) {
+            return Err(Refusal::new(
+                ErrorToken::NotFound,
+                format!("{path} is not forwarded: node admin routes are on the nodes' admin listeners"),
+                true,
+            ));
+        }
+        let write = !matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
+        // A write's body is kept so that each hop can resend it.
+        let body = if write {
+            self.buffer(&parts.headers, incoming).await?
+        } else {
+            Bytes::new()
+        };
+        strip_hop_by_hop(&mut parts.headers);
+        parts.headers.remove(header::HOST);
+        let path_and_query = parts
+            .uri
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_owned();
+
+        let limits = Limits {
+            max_hops: self.config.max_redirect_hops,
+            window: self.config.redirect_window,
+        };
+        let (mut follow, mut decision) =
+            Follow::new(self.upstreams.len(), self.upstreams.pick(&path), limits);
+        loop {
+            let index = match decision {
+                Decision::Send(index) => index,
+                Decision::Unavailable { token, marked } => {
+                    return Err(Refusal::new(
+                        token,
+                        "no node answered without redirecting; retry",
+                        marked,
+                    ));
+                }
+                Decision::Return { .. } => {
+                    return Err(Refusal::new(ErrorToken::Internal, "redirect rule ended early", false));
+                }
+            };
+            let uri = format!("{}{}", self.upstreams.origin(index).as_str(), path_and_query);
+            let mut attempt = Request::builder()
+                .method(parts.method.clone())
+                .uri(uri)
+                .body(Full::new(body.clone()))
+                .map_err(|e| Refusal::new(ErrorToken::InvalidHeader, e.to_string(), true))?;
+            *attempt.headers_mut() = parts.headers.clone();
+            let answer = match self.client.request(attempt).await {
+                Ok(answer) => answer,
+                Err(error) if error.is_connect() => {
+                    tracing::debug!(%error, upstream = index, "cannot connect to upstream");
+                    decision = follow.observe(Observed::ConnectFailed, Instant::now());
+                    continue;
+                }
+                Err(error) => {
+                    // The request may have reached the node: nothing is proven.
+                    return Err(Refusal::new(
+                        ErrorToken::Unavailable,
+                        format!("the node's answer was lost: {error}"),
+                        false,
+                    ));
+                }
+            };
+            follow.delivered();
+            let answer_headers = answer.headers();
+            if answer.status() == StatusCode::TEMPORARY_REDIRECT
+                && answer_headers.contains_key(headers::LEADER_ID)
+            {
+                let marked = answer_headers.contains_key(headers::NOT_APPLIED);
+                let target = answer_headers
+                    .get(header::LOCATION)
+                    .and_then(|l| l.to_str().ok())
+                    .and_then(|l| self.upstreams.find(l));
+                self.metrics.redirects_followed.fetch_add(1, Ordering::Relaxed);
+                decision = follow.observe(Observed::LeaderRedirect { target, marked }, Instant::now());
+                continue;
+            }
+            let Decision::Return { keep_marker } = follow.observe(Observed::Answer, Instant::now())
+            else {
+                continue;
+            };
+            if write && !answer.status().is_server_error() {
+                self.upstreams.remember_leader(&path, follow.current());
+            }
+            return Ok(self.relay(answer, keep_marker));
+        }
+    }
+
+    /// Buffers a write body up to the configured limit.
+    async fn buffer(&self, headers: &HeaderMap, mut incoming: Incoming) -> Result<Bytes, Refusal> {
+        let limit = self.config.max_buffered_body_size;
+        let too_large = || {
+            Refusal::new(
+                ErrorToken::RequestBodyTooLarge,
+                format!("the gateway buffers write bodies up to {limit} bytes"),
+                true,
+            )
+        };
+        let declared = headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|len| len > limit) {
+            return Err(too_large());
+        }
+        let mut out = Vec::with_capacity(declared.unwrap_or(0) as usize);
+        while let Some(frame) = incoming.frame().await {
+            let frame = frame.map_err(|e| {
+                Refusal::new(ErrorToken::InvalidHeader, format!("cannot read the body: {e}"), true)
+            })?;
+            if let Ok(data) = frame.into_data() {
+                if out.len() as u64 + data.len() as u64 > limit {
+                    return Err(too_large());
+                }
+                out.extend_from_slice(&data);
+            }
+        }
+        Ok(Bytes::from(out))
+    }
+
+    /// Passes an upstream's answer on, streaming its body (SSE and long-polls included).
+    fn relay(&self, answer: Response<Incoming>, keep_marker: bool) -> Response<Body> {
+        let (mut parts, body) = answer.into_parts();
+        strip_hop_by_hop(&mut parts.headers);
+        if !keep_marker {
+            parts.headers.remove(headers::NOT_APPLIED);
+        }
+        // Redirects other than leader redirects stay on the gateway.
+        if parts.status.is_redirection()
+            && let Some(location) = parts.headers.get(header::LOCATION).and_then(|l| l.to_str().ok())
+            && self.upstreams.find(location).is_some()
+            && let Ok(uri) = location.parse::<http::Uri>()
+            && let Some(path) = uri.path_and_query()
+            && let Ok(value) = HeaderValue::from_str(path.as_str())
+        {
+            parts.headers.insert(header::LOCATION, value);
+        }
+        Response::from_parts(parts, body.boxed_unsync())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_and_those_named_by_connection_are_stripped() {
+        let mut map = HeaderMap::new();
+        map.insert("connection", HeaderValue::from_static("x-private, keep-alive"));
+        map.insert("x-private", HeaderValue::from_static("1"));
+        map.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        map.insert("transfer-encoding", HeaderValue::from_static("chunked"));
+        map.insert("content-type", HeaderValue::from_static("text/plain"));
+        strip_hop_by_hop(&mut map);
+        let left: Vec<&str> = map.keys().map(|k| k.as_str()).collect();
+        assert_eq!(left, vec!["content-type"]);
+    }
+
+    #[test]
+    fn admin_paths() {
+        for path in ["/admin/drain", "/admin/buckets/x/purge", "/healthz", "/metrics", "/admin"] {
+            assert!(is_admin_path(path), "{path}");
+        }
+        for path in ["/administrators/x", "/demo/admin", "/v1/stream/admin"] {
+            assert!(!is_admin_path(path), "{path}");
+        }
+    }
+}
