@@ -28,9 +28,14 @@ pub enum Observed {
 pub enum Decision {
     Send(usize),
     /// Return the upstream's answer; strip its marker unless `keep_marker`.
-    Return { keep_marker: bool },
+    Return {
+        keep_marker: bool,
+    },
     /// Answer 503 with `Retry-After: 1` and this token; with the marker iff `marked`.
-    Unavailable { token: ErrorToken, marked: bool },
+    Unavailable {
+        token: ErrorToken,
+        marked: bool,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -103,11 +108,14 @@ impl Follow {
                     token: ErrorToken::LeaderNotFound,
                     marked: self.all_redirects_marked,
                 };
-                if self.hops > self.limits.max_hops || now.duration_since(first) > self.limits.window
+                if self.hops > self.limits.max_hops
+                    || now.duration_since(first) > self.limits.window
                 {
                     return give_up;
                 }
-                let next = target.filter(|t| !self.tried[*t]).or_else(|| self.untried());
+                let next = target
+                    .filter(|t| !self.tried[*t])
+                    .or_else(|| self.untried());
                 match next {
                     Some(next) => self.send(next),
                     None => give_up,
@@ -196,10 +204,16 @@ mod tests {
         let t0 = Instant::now();
         let (mut f, _) = Follow::new(3, 0, Limits::default());
         f.observe(redirect(Some(1), true), t0);
-        assert_eq!(f.observe(Observed::Answer, t0), Decision::Return { keep_marker: true });
+        assert_eq!(
+            f.observe(Observed::Answer, t0),
+            Decision::Return { keep_marker: true }
+        );
         let (mut f, _) = Follow::new(3, 0, Limits::default());
         f.observe(redirect(Some(1), false), t0);
-        assert_eq!(f.observe(Observed::Answer, t0), Decision::Return { keep_marker: false });
+        assert_eq!(
+            f.observe(Observed::Answer, t0),
+            Decision::Return { keep_marker: false }
+        );
         assert_eq!(
             f.observe(Observed::ConnectFailed, t0),
             Decision::Unavailable {
@@ -262,10 +276,10 @@ mod tests {
                     _ => follow.delivered(),
                 }
                 decision = follow.observe(observed, t0 + Duration::from_millis(elapsed));
-                if let Decision::Return { keep_marker } = decision {
-                    if keep_marker && final_marked {
-                        prop_assert!(!unmarked_contact);
-                    }
+                if let Decision::Return { keep_marker: true } = decision
+                    && final_marked
+                {
+                    prop_assert!(!unmarked_contact);
                 }
                 if let Decision::Unavailable { marked: true, .. } = decision {
                     prop_assert!(!unmarked_contact);

@@ -54,9 +54,13 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         .map_err(|e| StartError::Listen(config.admin_listen, e))?;
     let gateway = Arc::new(Gateway::new(config));
     let serving = gateway.clone();
-    tokio::spawn(serve(listener, move |request| serving.clone().handle(request)));
+    tokio::spawn(serve(listener, move |request| {
+        serving.clone().handle(request)
+    }));
     let watched = gateway.clone();
-    tokio::spawn(serve(admin, move |request| admin_route(watched.clone(), request)));
+    tokio::spawn(serve(admin, move |request| {
+        admin_route(watched.clone(), request)
+    }));
     Ok(Running {
         addr,
         admin_addr,

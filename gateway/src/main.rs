@@ -55,7 +55,10 @@ fn main() -> ExitCode {
     if !args.upstreams.is_empty() {
         config.upstreams = args.upstreams;
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("ursula-gateway: {error}");

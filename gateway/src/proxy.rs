@@ -67,13 +67,22 @@ impl Refusal {
         let mut response = Response::new(full(ErrorBody::new(self.token, self.message).to_json()));
         *response.status_mut() = status;
         let map = response.headers_mut();
-        map.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        map.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+        map.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        map.insert(
+            "x-content-type-options",
+            HeaderValue::from_static("nosniff"),
+        );
         if status == StatusCode::SERVICE_UNAVAILABLE {
             map.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         if self.marked {
-            map.insert(headers::NOT_APPLIED, HeaderValue::from_static(self.token.as_str()));
+            map.insert(
+                headers::NOT_APPLIED,
+                HeaderValue::from_static(self.token.as_str()),
+            );
         }
         response
     }
@@ -153,7 +162,9 @@ impl Gateway {
         if is_admin_path(&path) {
             return Err(Refusal::new(
                 ErrorToken::NotFound,
-                format!("{path} is not forwarded: node admin routes are on the nodes' admin listeners"),
+                format!(
+                    "{path} is not forwarded: node admin routes are on the nodes' admin listeners"
+                ),
                 true,
             ));
         }
@@ -189,10 +200,18 @@ impl Gateway {
                     ));
                 }
                 Decision::Return { .. } => {
-                    return Err(Refusal::new(ErrorToken::Internal, "redirect rule ended early", false));
+                    return Err(Refusal::new(
+                        ErrorToken::Internal,
+                        "redirect rule ended early",
+                        false,
+                    ));
                 }
             };
-            let uri = format!("{}{}", self.upstreams.origin(index).as_str(), path_and_query);
+            let uri = format!(
+                "{}{}",
+                self.upstreams.origin(index).as_str(),
+                path_and_query
+            );
             let mut attempt = Request::builder()
                 .method(parts.method.clone())
                 .uri(uri)
@@ -225,8 +244,11 @@ impl Gateway {
                     .get(header::LOCATION)
                     .and_then(|l| l.to_str().ok())
                     .and_then(|l| self.upstreams.find(l));
-                self.metrics.redirects_followed.fetch_add(1, Ordering::Relaxed);
-                decision = follow.observe(Observed::LeaderRedirect { target, marked }, Instant::now());
+                self.metrics
+                    .redirects_followed
+                    .fetch_add(1, Ordering::Relaxed);
+                decision =
+                    follow.observe(Observed::LeaderRedirect { target, marked }, Instant::now());
                 continue;
             }
             let Decision::Return { keep_marker } = follow.observe(Observed::Answer, Instant::now())
@@ -260,7 +282,11 @@ impl Gateway {
         let mut out = Vec::with_capacity(declared.unwrap_or(0) as usize);
         while let Some(frame) = incoming.frame().await {
             let frame = frame.map_err(|e| {
-                Refusal::new(ErrorToken::InvalidHeader, format!("cannot read the body: {e}"), true)
+                Refusal::new(
+                    ErrorToken::InvalidHeader,
+                    format!("cannot read the body: {e}"),
+                    true,
+                )
             })?;
             if let Ok(data) = frame.into_data() {
                 if out.len() as u64 + data.len() as u64 > limit {
@@ -281,7 +307,10 @@ impl Gateway {
         }
         // Redirects other than leader redirects stay on the gateway.
         if parts.status.is_redirection()
-            && let Some(location) = parts.headers.get(header::LOCATION).and_then(|l| l.to_str().ok())
+            && let Some(location) = parts
+                .headers
+                .get(header::LOCATION)
+                .and_then(|l| l.to_str().ok())
             && self.upstreams.find(location).is_some()
             && let Ok(uri) = location.parse::<http::Uri>()
             && let Some(path) = uri.path_and_query()
@@ -300,7 +329,10 @@ mod tests {
     #[test]
     fn hop_by_hop_headers_and_those_named_by_connection_are_stripped() {
         let mut map = HeaderMap::new();
-        map.insert("connection", HeaderValue::from_static("x-private, keep-alive"));
+        map.insert(
+            "connection",
+            HeaderValue::from_static("x-private, keep-alive"),
+        );
         map.insert("x-private", HeaderValue::from_static("1"));
         map.insert("keep-alive", HeaderValue::from_static("timeout=5"));
         map.insert("transfer-encoding", HeaderValue::from_static("chunked"));
@@ -312,7 +344,13 @@ mod tests {
 
     #[test]
     fn admin_paths() {
-        for path in ["/admin/drain", "/admin/buckets/x/purge", "/healthz", "/metrics", "/admin"] {
+        for path in [
+            "/admin/drain",
+            "/admin/buckets/x/purge",
+            "/healthz",
+            "/metrics",
+            "/admin",
+        ] {
             assert!(is_admin_path(path), "{path}");
         }
         for path in ["/administrators/x", "/demo/admin", "/v1/stream/admin"] {

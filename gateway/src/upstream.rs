@@ -18,7 +18,10 @@ impl Origin {
         }
         let authority = uri.authority()?;
         let port = authority.port_u16().unwrap_or(80);
-        Some(Self(format!("{scheme}://{}:{port}", authority.host().to_ascii_lowercase())))
+        Some(Self(format!(
+            "{scheme}://{}:{port}",
+            authority.host().to_ascii_lowercase()
+        )))
     }
 
     pub fn as_str(&self) -> &str {

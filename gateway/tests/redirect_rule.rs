@@ -73,7 +73,9 @@ impl ScriptedUpstream {
         let log = seen.clone();
         tokio::spawn(async move {
             loop {
-                let Ok((stream, _)) = listener.accept().await else { continue };
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
                 let script = script.clone();
                 let log = log.clone();
                 tokio::spawn(async move {
@@ -82,7 +84,11 @@ impl ScriptedUpstream {
                         let log = log.clone();
                         async move {
                             let (parts, body) = request.into_parts();
-                            let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                            let body = body
+                                .collect()
+                                .await
+                                .map(|b| b.to_bytes())
+                                .unwrap_or_default();
                             let seen = Seen {
                                 method: parts.method.to_string(),
                                 path: parts.uri.path().to_owned(),
@@ -112,11 +118,12 @@ fn respond(scripted: Scripted) -> Response<Body> {
     let body: Body = if scripted.stream.is_empty() {
         Full::new(Bytes::from(scripted.body)).boxed_unsync()
     } else {
-        let chunks = futures_util::stream::unfold(scripted.stream.into_iter(), |mut rest| async move {
-            let (pause, chunk) = rest.next()?;
-            tokio::time::sleep(pause).await;
-            Some((Ok::<_, Infallible>(Frame::data(Bytes::from(chunk))), rest))
-        });
+        let chunks =
+            futures_util::stream::unfold(scripted.stream.into_iter(), |mut rest| async move {
+                let (pause, chunk) = rest.next()?;
+                tokio::time::sleep(pause).await;
+                Some((Ok::<_, Infallible>(Frame::data(Bytes::from(chunk))), rest))
+            });
         StreamBody::new(chunks).boxed_unsync()
     };
     let mut response = Response::new(body);
@@ -173,7 +180,11 @@ async fn send(addr: SocketAddr, method: &str, path: &str, body: &str) -> Reply {
     let status = response.status();
     let headers = response.headers().clone();
     let body = response.into_body().collect().await.unwrap().to_bytes();
-    Reply { status, headers, body }
+    Reply {
+        status,
+        headers,
+        body,
+    }
 }
 
 fn token(reply: &Reply) -> String {
@@ -185,7 +196,10 @@ fn token(reply: &Reply) -> String {
 async fn follows_a_leader_redirect_resending_the_body() {
     let leader = ScriptedUpstream::start(|_| {
         let mut ok = answer(204);
-        ok.headers.push(("stream-next-offset".into(), "0000000000000000_0000000000000005".into()));
+        ok.headers.push((
+            "stream-next-offset".into(),
+            "0000000000000000_0000000000000005".into(),
+        ));
         ok
     })
     .await;
@@ -197,11 +211,18 @@ async fn follows_a_leader_redirect_resending_the_body() {
         assert_eq!(reply.status, StatusCode::NO_CONTENT);
         assert_eq!(reply.header("x-ursula-not-applied-checked"), Some("1"));
         assert_eq!(reply.header("x-ursula-not-applied"), None);
-        assert_eq!(reply.header("stream-next-offset"), Some("0000000000000000_0000000000000005"));
+        assert_eq!(
+            reply.header("stream-next-offset"),
+            Some("0000000000000000_0000000000000005")
+        );
     }
     let at_leader = leader.seen();
     assert_eq!(at_leader.len(), 2);
-    assert!(at_leader.iter().all(|s| s.body == "hello" && s.method == "POST" && s.path == "/demo/s"));
+    assert!(
+        at_leader
+            .iter()
+            .all(|s| s.body == "hello" && s.method == "POST" && s.path == "/demo/s")
+    );
     // The second write went straight to the leader it learned.
     assert!(follower.seen().len() <= 2);
 }
@@ -234,7 +255,8 @@ async fn three_hops_at_most_then_leader_not_found() {
 async fn markers_pass_only_through_fully_marked_chains() {
     let refusing = ScriptedUpstream::start(|_| {
         let mut busy = answer(503);
-        busy.headers.push(("x-ursula-not-applied".into(), "RaftLogPressure".into()));
+        busy.headers
+            .push(("x-ursula-not-applied".into(), "RaftLogPressure".into()));
         busy.headers.push(("retry-after".into(), "1".into()));
         busy
     })
@@ -245,13 +267,20 @@ async fn markers_pass_only_through_fully_marked_chains() {
         let gw = gateway(vec![first.url.clone(), refusing.url.clone()], |_| {}).await;
         let reply = send(gw, "POST", "/demo/s", "x").await;
         assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(reply.header("x-ursula-not-applied"), expect_marker, "redirect marked: {marked}");
+        assert_eq!(
+            reply.header("x-ursula-not-applied"),
+            expect_marker,
+            "redirect marked: {marked}"
+        );
         assert_eq!(reply.header("x-ursula-not-applied-checked"), Some("1"));
     }
     // With no redirect at all, a node's marker passes straight through.
     let gw = gateway(vec![refusing.url.clone()], |_| {}).await;
     let reply = send(gw, "POST", "/demo/s", "x").await;
-    assert_eq!(reply.header("x-ursula-not-applied"), Some("RaftLogPressure"));
+    assert_eq!(
+        reply.header("x-ursula-not-applied"),
+        Some("RaftLogPressure")
+    );
 }
 
 #[tokio::test]
@@ -262,10 +291,17 @@ async fn unknown_or_visited_targets_go_to_untried_upstreams() {
     let a_url = a.url.clone();
     let b = ScriptedUpstream::start(move |_| leader_redirect(&a_url, true)).await;
     // a points nowhere known, b points back at a: the gateway goes on to the untried one.
-    let gw = gateway(vec![a.url.clone(), b.url.clone(), answering.url.clone()], |_| {}).await;
+    let gw = gateway(
+        vec![a.url.clone(), b.url.clone(), answering.url.clone()],
+        |_| {},
+    )
+    .await;
     let reply = send(gw, "POST", "/demo/s", "x").await;
     assert_eq!(reply.status, StatusCode::OK);
-    assert_eq!((a.seen().len(), b.seen().len(), answering.seen().len()), (1, 1, 1));
+    assert_eq!(
+        (a.seen().len(), b.seen().len(), answering.seen().len()),
+        (1, 1, 1)
+    );
 }
 
 #[tokio::test]
@@ -280,9 +316,12 @@ async fn no_hop_starts_after_the_window() {
     .await;
     let slow_url = slow.url.clone();
     let first = ScriptedUpstream::start(move |_| leader_redirect(&slow_url, true)).await;
-    let gw = gateway(vec![first.url.clone(), slow.url.clone(), late.url.clone()], |config| {
-        config.redirect_window = Duration::from_millis(200);
-    })
+    let gw = gateway(
+        vec![first.url.clone(), slow.url.clone(), late.url.clone()],
+        |config| {
+            config.redirect_window = Duration::from_millis(200);
+        },
+    )
     .await;
     let reply = send(gw, "POST", "/demo/s", "x").await;
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
@@ -301,7 +340,10 @@ async fn connection_failures() {
     let gw = gateway(vec![dead_url().await, dead_url().await], |_| {}).await;
     let reply = send(gw, "POST", "/demo/s", "x").await;
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(reply.header("x-ursula-not-applied"), Some("UpstreamUnavailable"));
+    assert_eq!(
+        reply.header("x-ursula-not-applied"),
+        Some("UpstreamUnavailable")
+    );
     // A redirect to an upstream that is down: marked only after marked redirects.
     for (marked, expect) in [(true, Some("UpstreamUnavailable")), (false, None)] {
         let dead = dead_url().await;
@@ -310,7 +352,11 @@ async fn connection_failures() {
         let gw = gateway(vec![first.url.clone(), dead], |_| {}).await;
         let reply = send(gw, "POST", "/demo/s", "x").await;
         assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(reply.header("x-ursula-not-applied"), expect, "redirect marked: {marked}");
+        assert_eq!(
+            reply.header("x-ursula-not-applied"),
+            expect,
+            "redirect marked: {marked}"
+        );
         assert_eq!(reply.header("x-ursula-not-applied-checked"), Some("1"));
     }
 }
@@ -318,10 +364,16 @@ async fn connection_failures() {
 #[tokio::test]
 async fn refusals_before_forwarding_are_marked() {
     let upstream = ScriptedUpstream::start(|_| answer(204)).await;
-    let gw = gateway(vec![upstream.url.clone()], |config| config.max_buffered_body_size = 100).await;
+    let gw = gateway(vec![upstream.url.clone()], |config| {
+        config.max_buffered_body_size = 100
+    })
+    .await;
     let big = send(gw, "POST", "/demo/s", &"x".repeat(200)).await;
     assert_eq!(big.status, StatusCode::PAYLOAD_TOO_LARGE);
-    assert_eq!(big.header("x-ursula-not-applied"), Some("RequestBodyTooLarge"));
+    assert_eq!(
+        big.header("x-ursula-not-applied"),
+        Some("RequestBodyTooLarge")
+    );
     assert_eq!(token(&big), "RequestBodyTooLarge");
     for path in ["/admin/drain", "/admin/buckets/demo/purge", "/metrics"] {
         let admin = send(gw, "POST", path, "").await;
@@ -339,7 +391,10 @@ async fn other_redirects_pass_through_staying_on_the_gateway() {
     let upstream = ScriptedUpstream::start(move |_| {
         let mut moved = answer(307);
         let base = for_script.lock().unwrap().clone();
-        moved.headers.push(("location".into(), format!("{base}/demo/elsewhere?offset=-1")));
+        moved.headers.push((
+            "location".into(),
+            format!("{base}/demo/elsewhere?offset=-1"),
+        ));
         moved
     })
     .await;
@@ -374,10 +429,19 @@ async fn event_streams_pass_through_unbuffered() {
         )
         .await
         .expect("answer");
-    assert_eq!(response.headers().get("x-ursula-not-applied-checked").unwrap(), "1");
+    assert_eq!(
+        response
+            .headers()
+            .get("x-ursula-not-applied-checked")
+            .unwrap(),
+        "1"
+    );
     let mut body = response.into_body();
     let first = body.frame().await.expect("a frame").expect("data");
     let first = first.into_data().expect("data frame");
     assert!(first.starts_with(b"event: control"));
-    assert!(started.elapsed() < Duration::from_millis(1500), "the first event waited for the second");
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "the first event waited for the second"
+    );
 }
