@@ -3,7 +3,9 @@
 # server (crates.io `durable-streams` 0.1.5, default `--durability wal`: group-commit fsync),
 # both on loopback, same load generator, alternating rounds in one run.
 #
-# Usage: e2e/bench/run.sh [--rounds N] [--duration 10s] [--soak SECONDS]
+# Usage: e2e/bench/run.sh [--rounds N] [--duration 10s] [--soak SECONDS] [--gateway]
+#   --gateway  also measure ursula-gateway's overhead: appends direct vs through it, and SSE
+#              fan-out to 1,000 subscribers through it
 # Prints one JSON line per measurement and a summary with ratios.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -11,16 +13,18 @@ cd "$root"
 rounds=3
 duration=10s
 soak=0
+gateway=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds="$2"; shift 2 ;;
     --duration) duration="$2"; shift 2 ;;
     --soak) soak="$2"; shift 2 ;;
+    --gateway) gateway=1; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
 
-cargo build --release --locked -p ursula-node -p ursula-bench
+cargo build --release --locked -p ursula-node -p ursula-gateway -p ursula-bench
 tools="$root/e2e/.tools"
 official="$tools/bin/durable-streams-server"
 if [ ! -x "$official" ]; then
@@ -75,6 +79,29 @@ for label in ("official", "ursula"):
 f = [x for x in rows if x["bench"] == "fsync"][0]
 print(f"ursula appends per fsync (whole run): {f['appends_per_fsync']}")
 PY
+
+if [ "$gateway" = 1 ]; then
+  "$root/target/release/ursula-gateway" --listen 127.0.0.1:4547 --admin-listen 127.0.0.1:4548 \
+    --upstream http://127.0.0.1:4537 2>"$work/gateway.log" &
+  pids+=($!)
+  sleep 1
+  gw="$work/gateway.jsonl"
+  for round in $(seq 1 "$rounds"); do
+    "$bench" --url http://127.0.0.1:4537 --label direct append --duration "$duration" | tee -a "$gw"
+    "$bench" --url http://127.0.0.1:4547 --label gateway append --duration "$duration" | tee -a "$gw"
+  done
+  "$bench" --url http://127.0.0.1:4547 --label gateway sse --subscribers 1000 --duration "$duration" | tee -a "$gw"
+  python3 - "$gw" <<'PY'
+import json, sys, statistics
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+def med(label, key):
+    return statistics.median([r[key] for r in rows if r["label"] == label and r["bench"] == "append"])
+d, g = med("direct", "appends_per_sec"), med("gateway", "appends_per_sec")
+print(f"\ngateway: {g:.0f}/s vs direct {d:.0f}/s: {g / d:.2f}x; p99 {med('gateway','p99_ms'):.3f} vs {med('direct','p99_ms'):.3f} ms (added {med('gateway','p99_ms') - med('direct','p99_ms'):.3f} ms)")
+s = [r for r in rows if r["bench"] == "sse"][0]
+print(f"gateway SSE 1,000 subscribers: p50 {s['p50_ms']:.3f} ms p99 {s['p99_ms']:.3f} ms, delivered {s['deliveries']}/{s['expected_deliveries']}")
+PY
+fi
 
 if [ "$soak" -gt 0 ]; then
   echo; echo "soak: ${soak}s of append load at 32 writers; RSS of ursula-node every 30 s (KiB):"

@@ -37,7 +37,7 @@ impl Default for Config {
             max_buffered_body_size: 64 * 1024 * 1024,
             max_redirect_hops: 3,
             redirect_window: Duration::from_secs(5),
-            connect_timeout: Duration::from_secs(1),
+            connect_timeout: Duration::from_secs(3),
         }
     }
 }
