@@ -26,6 +26,10 @@ pub struct Config {
     /// How long connecting to an upstream may take.
     #[serde(deserialize_with = "duration")]
     pub connect_timeout: Duration,
+    /// Turns on access control and tenant limits (format in `access.rs` and the README).
+    pub access_keys_file: Option<std::path::PathBuf>,
+    /// The nodes' `server.compat_bucket`: the bucket `/v1/stream/{name}` addresses.
+    pub compat_bucket: String,
 }
 
 impl Default for Config {
@@ -38,6 +42,8 @@ impl Default for Config {
             max_redirect_hops: 3,
             redirect_window: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(3),
+            access_keys_file: None,
+            compat_bucket: "default".into(),
         }
     }
 }

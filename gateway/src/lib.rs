@@ -5,6 +5,7 @@
 //!
 //! It never imports the node: everything it knows of nodes is HTTP and `ursula-wire`.
 
+pub mod access;
 pub mod config;
 pub mod follow;
 pub mod proxy;
@@ -52,7 +53,11 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let admin_addr = admin
         .local_addr()
         .map_err(|e| StartError::Listen(config.admin_listen, e))?;
-    let gateway = Arc::new(Gateway::new(config));
+    let access = match &config.access_keys_file {
+        Some(path) => Some(access::Access::load(path).map_err(ConfigError::Invalid)?),
+        None => None,
+    };
+    let gateway = Arc::new(Gateway::new(config, access));
     let serving = gateway.clone();
     tokio::spawn(serve(listener, move |request| {
         serving.clone().handle(request)

@@ -17,6 +17,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use ursula_wire::{ErrorBody, ErrorToken, headers};
 
+use crate::access::{Access, bucket_of};
 use crate::config::Config;
 use crate::follow::{Decision, Follow, Limits, Observed};
 use crate::upstream::Upstreams;
@@ -38,6 +39,7 @@ pub struct Metrics {
 
 pub struct Gateway {
     client: Client<HttpConnector, Full<Bytes>>,
+    access: Option<Access>,
     pub upstreams: Upstreams,
     config: Config,
     pub metrics: Metrics,
@@ -75,8 +77,11 @@ impl Refusal {
             "x-content-type-options",
             HeaderValue::from_static("nosniff"),
         );
-        if status == StatusCode::SERVICE_UNAVAILABLE {
+        if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS {
             map.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        if status == StatusCode::UNAUTHORIZED {
+            map.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         if self.marked {
             map.insert(
@@ -123,7 +128,7 @@ fn is_admin_path(path: &str) -> bool {
 }
 
 impl Gateway {
-    pub fn new(config: Config) -> Self {
+    pub fn new(config: Config, access: Option<Access>) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(config.connect_timeout));
@@ -132,6 +137,7 @@ impl Gateway {
             .build(connector);
         Self {
             client,
+            access,
             upstreams: Upstreams::new(&config.upstreams),
             config,
             metrics: Metrics::default(),
@@ -169,14 +175,47 @@ impl Gateway {
             ));
         }
         let write = !matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
+        let authorization = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        if let Some(access) = &self.access
+            && parts.method != Method::OPTIONS
+            && !access.authenticated(authorization.as_deref())
+        {
+            return Err(Refusal::new(
+                ErrorToken::Unauthenticated,
+                "a valid bearer token is required",
+                true,
+            ));
+        }
         // A write's body is kept so that each hop can resend it.
         let body = if write {
             self.buffer(&parts.headers, incoming).await?
         } else {
             Bytes::new()
         };
+        if let Some(access) = &self.access
+            && parts.method != Method::OPTIONS
+        {
+            let bucket = bucket_of(&path, &self.config.compat_bucket);
+            access
+                .check(
+                    authorization.as_deref(),
+                    bucket,
+                    write,
+                    body.len() as u64,
+                    Instant::now(),
+                )
+                .map_err(|denied| Refusal::new(denied.token, denied.message, true))?;
+        }
         strip_hop_by_hop(&mut parts.headers);
         parts.headers.remove(header::HOST);
+        // Nodes do not authenticate; the credential stays at the gateway.
+        if self.access.is_some() {
+            parts.headers.remove(header::AUTHORIZATION);
+        }
         let path_and_query = parts
             .uri
             .path_and_query()

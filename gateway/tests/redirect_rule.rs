@@ -169,11 +169,25 @@ impl Reply {
 }
 
 async fn send(addr: SocketAddr, method: &str, path: &str, body: &str) -> Reply {
+    send_as(addr, None, method, path, body).await
+}
+
+async fn send_as(
+    addr: SocketAddr,
+    bearer: Option<&str>,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> Reply {
     let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
-    let request = Request::builder()
+    let mut request = Request::builder()
         .method(method)
         .uri(format!("http://{addr}{path}"))
-        .header("content-type", "text/plain")
+        .header("content-type", "text/plain");
+    if let Some(token) = bearer {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    let request = request
         .body(Full::new(Bytes::from(body.to_owned())))
         .unwrap();
     let response = client.request(request).await.expect("gateway answers");
@@ -444,4 +458,51 @@ async fn event_streams_pass_through_unbuffered() {
         started.elapsed() < Duration::from_millis(1500),
         "the first event waited for the second"
     );
+}
+
+#[tokio::test]
+async fn access_control_and_tenant_limits_refuse_before_forwarding() {
+    let upstream = ScriptedUpstream::start(|_| answer(204)).await;
+    let dir = std::env::temp_dir().join(format!("ursula-gw-keys-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let keys = dir.join("keys.toml");
+    std::fs::write(
+        &keys,
+        "[[keys]]\ntoken = \"t1\"\nprincipal = \"alice\"\ntenant = \"acme\"\nread = [\"*\"]\nwrite = [\"demo\"]\n\
+         [[tenants]]\nname = \"acme\"\nrequests_per_second = 1.0\nrequest_burst = 3\nwrite_byte_quota = 10\n",
+    )
+    .unwrap();
+    let gw = gateway(vec![upstream.url.clone()], |config| {
+        config.access_keys_file = Some(keys.clone());
+    })
+    .await;
+    let anonymous = send(gw, "POST", "/demo/s", "x").await;
+    assert_eq!(anonymous.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(anonymous.header("www-authenticate"), Some("Bearer"));
+    assert_eq!(token(&anonymous), "Unauthenticated");
+    let forbidden = send_as(gw, Some("t1"), "POST", "/other/s", "x").await;
+    assert_eq!(forbidden.status, StatusCode::FORBIDDEN);
+    assert_eq!(forbidden.header("x-ursula-not-applied"), Some("Forbidden"));
+    assert!(upstream.seen().is_empty());
+
+    let ok = send_as(gw, Some("t1"), "POST", "/demo/s", "12345678").await;
+    assert_eq!(ok.status, StatusCode::NO_CONTENT);
+    let over_quota = send_as(gw, Some("t1"), "POST", "/demo/s", "123").await;
+    assert_eq!(over_quota.status, StatusCode::PAYMENT_REQUIRED);
+    assert_eq!(token(&over_quota), "QuotaExhausted");
+    // Refused requests do not count against the rate: the burst of 3 is the write and two reads.
+    for _ in 0..2 {
+        let read = send_as(gw, Some("t1"), "GET", "/demo/s", "").await;
+        assert_eq!(read.status, StatusCode::NO_CONTENT);
+    }
+    let limited = send_as(gw, Some("t1"), "GET", "/demo/s", "").await;
+    assert_eq!(limited.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(limited.header("retry-after"), Some("1"));
+    assert_eq!(token(&limited), "RateLimited");
+    assert_eq!(
+        upstream.seen().len(),
+        3,
+        "only allowed requests were forwarded"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }

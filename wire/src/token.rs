@@ -20,7 +20,10 @@ pub enum ErrorToken {
     ForkSourceNotFound,
     // 405
     MethodNotAllowed,
-    // 403
+    // 401, 402, 403
+    Unauthenticated,
+    QuotaExhausted,
+    Forbidden,
     ProducerEpochFenced,
     // 409
     StreamConflict,
@@ -37,6 +40,7 @@ pub enum ErrorToken {
     RequestBodyTooLarge,
     // 429
     TooManyProducers,
+    RateLimited,
     // 500
     Internal,
     // 503
@@ -70,6 +74,9 @@ impl ErrorToken {
             Self::SnapshotNotFound => "SnapshotNotFound",
             Self::ForkSourceNotFound => "ForkSourceNotFound",
             Self::MethodNotAllowed => "MethodNotAllowed",
+            Self::Unauthenticated => "Unauthenticated",
+            Self::QuotaExhausted => "QuotaExhausted",
+            Self::Forbidden => "Forbidden",
             Self::ProducerEpochFenced => "ProducerEpochFenced",
             Self::StreamConflict => "StreamConflict",
             Self::ContentTypeMismatch => "ContentTypeMismatch",
@@ -82,6 +89,7 @@ impl ErrorToken {
             Self::OffsetNotRetained => "OffsetNotRetained",
             Self::RequestBodyTooLarge => "RequestBodyTooLarge",
             Self::TooManyProducers => "TooManyProducers",
+            Self::RateLimited => "RateLimited",
             Self::Internal => "Internal",
             Self::Unavailable => "Unavailable",
             Self::WalDiskPressure => "WalDiskPressure",
@@ -115,7 +123,9 @@ impl ErrorToken {
             | Self::SnapshotNotFound
             | Self::ForkSourceNotFound => 404,
             Self::MethodNotAllowed => 405,
-            Self::ProducerEpochFenced => 403,
+            Self::Unauthenticated => 401,
+            Self::QuotaExhausted => 402,
+            Self::ProducerEpochFenced | Self::Forbidden => 403,
             Self::StreamConflict
             | Self::ContentTypeMismatch
             | Self::StreamClosed
@@ -125,7 +135,7 @@ impl ErrorToken {
             | Self::SnapshotConflict => 409,
             Self::StreamDeleted | Self::OffsetNotRetained => 410,
             Self::RequestBodyTooLarge => 413,
-            Self::TooManyProducers => 429,
+            Self::TooManyProducers | Self::RateLimited => 429,
             Self::Internal => 500,
             Self::Unavailable
             | Self::WalDiskPressure
