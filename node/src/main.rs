@@ -12,7 +12,8 @@ use ursula_node::config::{Config, parse_duration};
 #[derive(Parser, Debug)]
 #[command(name = "ursula-node", version)]
 struct Args {
-    /// TOML config file (keys `node_id`, `data_dir`, `server.*`, `storage.*`, `runtime.*`).
+    /// TOML config file (keys `node_id`, `data_dir`, `server.*`, `storage.*`, `raft.*`,
+    /// `runtime.*`; see README).
     /// Flags override it.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
