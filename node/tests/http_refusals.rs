@@ -197,6 +197,32 @@ async fn create_refusals() {
 }
 
 #[tokio::test]
+async fn only_refusals_before_proposing_are_marked() {
+    let node = node().await;
+    with_stream(&node).await;
+    // Refused while the request was read: nothing was proposed, so the node says so.
+    let empty = node.client.post("/demo/s", &[TEXT], "").await;
+    assert_refused(&empty, StatusCode::BAD_REQUEST, "EmptyBody");
+    assert_eq!(empty.header("x-ursula-not-applied"), Some("EmptyBody"));
+    let bad_bucket = node.client.put("/Bad", &[], "").await;
+    assert_eq!(
+        bad_bucket.header("x-ursula-not-applied"),
+        Some("InvalidBucketId")
+    );
+    // Refused by the state machine: an answer about a proposed write carries no marker.
+    let mismatch = node.client.post("/demo/s", &[OCTETS], "x").await;
+    assert_refused(&mismatch, StatusCode::CONFLICT, "ContentTypeMismatch");
+    assert_eq!(mismatch.header("x-ursula-not-applied"), None);
+    let missing = node.client.post("/demo/nope", &[TEXT], "x").await;
+    assert_eq!(missing.header("x-ursula-not-applied"), None);
+    // Reads are not writes: no marker.
+    let bad_read = node.client.get("/demo/s?offset=zzz").await;
+    assert_eq!(bad_read.header("x-ursula-not-applied"), None);
+    // Nodes never vouch.
+    assert_eq!(empty.header("x-ursula-not-applied-checked"), None);
+}
+
+#[tokio::test]
 async fn append_refusals_lose_nothing() {
     let node = node().await;
     with_stream(&node).await;

@@ -14,6 +14,9 @@ pub struct ApiError {
     pub token: ErrorToken,
     pub message: String,
     pub headers: Vec<(&'static str, String)>,
+    /// Raised while reading the request, before anything was proposed (as opposed to a
+    /// refusal by the state machine or a storage failure).
+    pub before_proposal: bool,
 }
 
 impl ApiError {
@@ -22,7 +25,29 @@ impl ApiError {
             token,
             message: message.into(),
             headers: Vec::new(),
+            before_proposal: true,
         }
+    }
+
+    /// An error the state machine or storage answered: a write may have been proposed.
+    fn after_proposal(mut self) -> Self {
+        self.before_proposal = false;
+        self
+    }
+
+    /// Marks a write refused before anything of it was proposed: nothing of it can apply.
+    pub fn marked_if_unproposed(mut self) -> Self {
+        let marked = self
+            .headers
+            .iter()
+            .any(|(name, _)| *name == headers::NOT_APPLIED);
+        // Internal failures prove nothing, wherever they happened.
+        let internal = matches!(self.token, ErrorToken::Internal | ErrorToken::Unavailable);
+        if self.before_proposal && !marked && !internal {
+            self.headers
+                .push((headers::NOT_APPLIED, self.token.as_str().to_owned()));
+        }
+        self
     }
 
     pub fn with_header(mut self, name: &'static str, value: impl Into<String>) -> Self {
@@ -79,7 +104,7 @@ impl From<Refusal> for ApiError {
             Refusal::InvalidFork(_) => ErrorToken::InvalidForkRequest,
             Refusal::SnapshotConflict { .. } => ErrorToken::SnapshotConflict,
         };
-        let error = Self::new(token, message);
+        let error = Self::new(token, message).after_proposal();
         match refusal {
             Refusal::StreamClosed { next_offset } => error
                 .with_header(headers::STREAM_CLOSED, "true")
@@ -103,8 +128,12 @@ impl From<EngineError> for ApiError {
     fn from(error: EngineError) -> Self {
         match error {
             EngineError::Refused(refusal) => refusal.into(),
-            EngineError::Storage(message) => Self::new(ErrorToken::Internal, message),
-            EngineError::Stopped => Self::new(ErrorToken::Unavailable, "the node is shutting down"),
+            EngineError::Storage(message) => {
+                Self::new(ErrorToken::Internal, message).after_proposal()
+            }
+            EngineError::Stopped => {
+                Self::new(ErrorToken::Unavailable, "the node is shutting down").after_proposal()
+            }
         }
     }
 }
@@ -122,7 +151,7 @@ impl From<ReadError> for ApiError {
             .into(),
             ReadError::NotBoundary(_) => Self::new(ErrorToken::InvalidOffset, error.to_string()),
             ReadError::MissingSource(_) | ReadError::Storage(_) => {
-                Self::new(ErrorToken::Internal, error.to_string())
+                Self::new(ErrorToken::Internal, error.to_string()).after_proposal()
             }
         }
     }

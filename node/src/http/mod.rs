@@ -104,9 +104,17 @@ async fn dispatch(app: &App, request: Request<Incoming>) -> Result<Response<Body
             .header("access-control-max-age", "86400")
             .build());
     }
-    let target = route::parse(request.uri().path(), &app.config.server.compat_bucket)?;
     let method = request.method().clone();
-    if matches!(method, Method::PUT | Method::POST | Method::DELETE) {
+    let is_write = matches!(method, Method::PUT | Method::POST | Method::DELETE);
+    let target =
+        route::parse(request.uri().path(), &app.config.server.compat_bucket).map_err(|e| {
+            if is_write {
+                e.marked_if_unproposed()
+            } else {
+                e
+            }
+        })?;
+    if is_write {
         return write(app, request, target).await;
     }
     match (target, method) {
@@ -142,7 +150,9 @@ async fn write(
     );
     let mut permit = app.admission.admit(has_body, declared, limit)?;
     let (parts, body) = request.into_parts();
-    let body = request::body(&parts.headers, body, limit, &mut permit).await?;
+    let body = request::body(&parts.headers, body, limit, &mut permit)
+        .await
+        .map_err(ApiError::marked_if_unproposed)?;
     let method = parts.method.clone();
     let answer = match (target, method) {
         (Target::Bucket(bucket), Method::PUT) => handlers::bucket::create(app, bucket).await,
@@ -162,7 +172,8 @@ async fn write(
         (target, method) => Err(method_not_allowed(&target, &method)),
     };
     drop(permit);
-    answer
+    // A write refused while its request was read applied nothing: say so.
+    answer.map_err(ApiError::marked_if_unproposed)
 }
 
 fn method_not_allowed(target: &Target, method: &Method) -> ApiError {
