@@ -21,6 +21,9 @@
 //! write_byte_quota = 1073741824  # total write bytes through this gateway; 402 once spent
 //! ```
 //!
+//! Instead of (or beside) static keys, `[[jwt_keys]]` (`kid`, `secret`) accept HS256 JWTs
+//! whose claims carry `sub`, `tenant`, `read`, `write`, `exp` and `nbf`.
+//!
 //! Refusals: 401 without a valid token, 403 for a bucket the principal may not use, 429 over a
 //! rate, 402 once the quota is spent. Nothing is forwarded for any of them. Limits are kept
 //! per gateway process; with several gateways each enforces them separately.
@@ -33,6 +36,8 @@ use parking_lot::Mutex;
 use serde::Deserialize;
 use ursula_wire::ErrorToken;
 
+use crate::jwt::{self, JwtKey};
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct KeysFile {
@@ -40,6 +45,8 @@ struct KeysFile {
     keys: Vec<Key>,
     #[serde(default)]
     tenants: Vec<TenantLimits>,
+    #[serde(default)]
+    jwt_keys: Vec<JwtKey>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -119,6 +126,7 @@ struct TenantState {
 
 pub struct Access {
     keys: HashMap<String, Key>,
+    jwt_keys: Vec<JwtKey>,
     limits: HashMap<String, TenantLimits>,
     state: Mutex<HashMap<String, TenantState>>,
 }
@@ -138,6 +146,7 @@ impl Access {
                 .into_iter()
                 .map(|k| (k.token.clone(), k))
                 .collect(),
+            jwt_keys: file.jwt_keys,
             limits: file
                 .tenants
                 .into_iter()
@@ -147,14 +156,42 @@ impl Access {
         })
     }
 
-    /// Whether the `Authorization` header names a known key (checked before reading a body).
+    /// Whether the `Authorization` header names a known key or carries a valid JWT (checked
+    /// before reading a body).
     pub fn authenticated(&self, authorization: Option<&str>) -> bool {
-        authorization
+        self.identify(authorization).is_ok()
+    }
+
+    /// The key a bearer token names: a static key, else a JWT signed by one of `jwt_keys`.
+    fn identify(&self, authorization: Option<&str>) -> Result<Key, Denied> {
+        let token = authorization
             .and_then(|v| {
                 v.strip_prefix("Bearer ")
                     .or_else(|| v.strip_prefix("bearer "))
             })
-            .is_some_and(|token| self.keys.contains_key(token.trim()))
+            .map(str::trim)
+            .ok_or_else(|| denied(ErrorToken::Unauthenticated, "a bearer token is required"))?;
+        if let Some(key) = self.keys.get(token) {
+            return Ok(key.clone());
+        }
+        if self.jwt_keys.is_empty() {
+            return Err(denied(
+                ErrorToken::Unauthenticated,
+                "the bearer token is not known",
+            ));
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let claims = jwt::verify(token, &self.jwt_keys, now)
+            .map_err(|reason| denied(ErrorToken::Unauthenticated, reason))?;
+        Ok(Key {
+            token: String::new(),
+            principal: claims.sub,
+            tenant: claims.tenant,
+            read: claims.read,
+            write: claims.write,
+        })
     }
 
     /// Checks a request: its `Authorization` header, the bucket it addresses, and whether it
@@ -167,17 +204,7 @@ impl Access {
         write_bytes: u64,
         now: Instant,
     ) -> Result<(), Denied> {
-        let token = authorization
-            .and_then(|v| {
-                v.strip_prefix("Bearer ")
-                    .or_else(|| v.strip_prefix("bearer "))
-            })
-            .map(str::trim)
-            .ok_or_else(|| denied(ErrorToken::Unauthenticated, "a bearer token is required"))?;
-        let key = self
-            .keys
-            .get(token)
-            .ok_or_else(|| denied(ErrorToken::Unauthenticated, "the bearer token is not known"))?;
+        let key = self.identify(authorization)?;
         if let Some(bucket) = bucket {
             let allowed = if write { &key.write } else { &key.read };
             if !allowed.iter().any(|b| b == "*" || b == bucket) {
@@ -340,6 +367,45 @@ mod tests {
         assert_eq!(
             token(access.check(alice, Some("demo"), true, 100, t0 + Duration::from_secs(2))),
             Some(ErrorToken::QuotaExhausted)
+        );
+    }
+
+    #[test]
+    fn jwts_signed_by_local_keys_are_accepted() {
+        let access = Access::parse(
+            "[[jwt_keys]]\nkid = \"k1\"\nsecret = \"shh\"\n[[tenants]]\nname = \"acme\"\nwrite_byte_quota = 5\n",
+        )
+        .unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let claims = serde_json::json!({"sub": "svc", "tenant": "acme", "read": ["demo"], "write": ["demo"], "exp": now + 60});
+        let good = format!("Bearer {}", jwt::sign(&claims, "shh", Some("k1")));
+        let forged = format!("Bearer {}", jwt::sign(&claims, "nope", Some("k1")));
+        let t0 = Instant::now();
+        assert_eq!(
+            token(access.check(Some(&good), Some("demo"), true, 5, t0)),
+            None
+        );
+        assert_eq!(
+            token(access.check(Some(&good), Some("demo"), true, 1, t0)),
+            Some(ErrorToken::QuotaExhausted)
+        );
+        assert_eq!(
+            token(access.check(Some(&good), Some("other"), false, 0, t0)),
+            Some(ErrorToken::Forbidden)
+        );
+        assert_eq!(
+            token(access.check(Some(&forged), Some("demo"), false, 0, t0)),
+            Some(ErrorToken::Unauthenticated)
+        );
+        let expired =
+            serde_json::json!({"sub": "svc", "tenant": "acme", "read": ["*"], "exp": now - 1});
+        let expired = format!("Bearer {}", jwt::sign(&expired, "shh", None));
+        assert_eq!(
+            token(access.check(Some(&expired), Some("demo"), false, 0, t0)),
+            Some(ErrorToken::Unauthenticated)
         );
     }
 

@@ -8,6 +8,7 @@
 pub mod access;
 pub mod config;
 pub mod follow;
+pub mod jwt;
 pub mod proxy;
 pub mod upstream;
 
