@@ -22,33 +22,34 @@ if [ ! -d node_modules/@durable-streams/server-conformance-tests ]; then
 fi
 
 data="$(mktemp -d)"
-log="$data/node.log"
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$data"' EXIT
+
+# Waits for "<name> serving client=ADDR" in a log and prints ADDR.
+serving_addr() {
+  local name="$1" log="$2" addr=""
+  for _ in $(seq 1 100); do
+    addr="$(sed -n "s/.*$name serving client=\([0-9.:]*\).*/\1/p" "$log")"
+    [ -n "$addr" ] && { echo "$addr"; return 0; }
+    sleep 0.1
+  done
+  echo "$name did not start:" >&2
+  cat "$log" >&2
+  return 1
+}
+
 # CI machines may have little free disk: lower the disk-pressure thresholds.
 printf '[raft.wal]\nmin_available_size = 16777216\nresume_available_size = 33554432\n' >"$data/node.toml"
 "$node_bin" --config "$data/node.toml" --data-dir "$data/data" --listen 127.0.0.1:0 \
-  --admin-listen 127.0.0.1:0 --long-poll-timeout 500ms 2>"$log" &
-pid=$!
-trap 'kill $pid 2>/dev/null || true; rm -rf "$data"' EXIT
-for _ in $(seq 1 100); do
-  addr="$(sed -n 's/.*ursula-node serving client=\([0-9.:]*\).*/\1/p' "$log")"
-  [ -n "$addr" ] && break
-  sleep 0.1
-done
-[ -n "${addr:-}" ] || { echo "ursula-node did not start:"; cat "$log"; exit 1; }
+  --admin-listen 127.0.0.1:0 --long-poll-timeout 500ms 2>"$data/node.log" &
+pids+=($!)
+addr="$(serving_addr ursula-node "$data/node.log")"
 echo "conformance: ursula-node at http://$addr"
 if [ "$via_gateway" = 1 ]; then
-  glog="$data/gateway.log"
   "$bin_dir/ursula-gateway" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
-    --upstream "http://$addr" 2>"$glog" &
-  gpid=$!
-  trap 'kill $pid $gpid 2>/dev/null || true; rm -rf "$data"' EXIT
-  addr=""
-  for _ in $(seq 1 100); do
-    addr="$(sed -n 's/.*ursula-gateway serving client=\([0-9.:]*\).*/\1/p' "$glog")"
-    [ -n "$addr" ] && break
-    sleep 0.1
-  done
-  [ -n "$addr" ] || { echo "ursula-gateway did not start:"; cat "$glog"; exit 1; }
+    --upstream "http://$addr" 2>"$data/gateway.log" &
+  pids+=($!)
+  addr="$(serving_addr ursula-gateway "$data/gateway.log")"
   echo "conformance: through ursula-gateway at http://$addr"
 fi
 
