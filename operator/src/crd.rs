@@ -1,0 +1,232 @@
+//! Custom resources, group `ursula.io`, version `v1alpha1`. The YAML in `crds/` is generated
+//! from these types by `crdgen`; a test fails when they differ.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// An Ursula cluster: a StatefulSet of voters, a gateway Deployment, their Services,
+/// ConfigMap and PodDisruptionBudgets.
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "ursula.io",
+    version = "v1alpha1",
+    kind = "UrsulaCluster",
+    namespaced,
+    status = "UrsulaClusterStatus",
+    shortname = "uc",
+    printcolumn = r#"{"name":"Version","type":"string","jsonPath":".spec.version"}"#,
+    printcolumn = r#"{"name":"Voters","type":"integer","jsonPath":".spec.voters"}"#,
+    printcolumn = r#"{"name":"Ready","type":"integer","jsonPath":".status.readyVoters"}"#,
+    printcolumn = r#"{"name":"Available","type":"string","jsonPath":".status.conditions[?(@.type==\"Available\")].status"}"#,
+    printcolumn = r#"{"name":"Step","type":"string","jsonPath":".status.upgradeStep"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct UrsulaClusterSpec {
+    /// The Ursula version: the image tag of nodes and gateways. Raising it upgrades gateways
+    /// first, then voters one at a time; lowering it rolls voters back first, then gateways.
+    pub version: String,
+    /// Image repository of the nodes (the tag is `version`).
+    #[serde(default = "default_node_image")]
+    pub node_image: String,
+    /// Image repository of the gateways (the tag is `version`).
+    #[serde(default = "default_gateway_image")]
+    pub gateway_image: String,
+    /// Raft voters: 1, 3 or 5. Every voter replicates every group; a write needs a majority.
+    #[schemars(extend("enum" = [1, 3, 5]))]
+    pub voters: u8,
+    /// Gateway replicas.
+    #[serde(default = "default_gateway_replicas")]
+    #[schemars(range(min = 1))]
+    pub gateway_replicas: u16,
+    /// Compute resources of each voter.
+    #[serde(default)]
+    pub node_resources: Option<ResourceRequirements>,
+    /// Compute resources of each gateway.
+    #[serde(default)]
+    pub gateway_resources: Option<ResourceRequirements>,
+    /// The persistent volume of each voter.
+    pub storage: StorageSpec,
+    /// Object storage for the cold tier and staged large bodies.
+    #[serde(default)]
+    pub object_store: Option<ObjectStoreSpec>,
+    /// Node configuration overrides, by the node's config key (`raft.snapshot_log_budget`,
+    /// `server.long_poll_timeout`, ...). Keys the operator sets itself cannot be overridden.
+    #[serde(default)]
+    pub node_config: BTreeMap<String, serde_json::Value>,
+    /// While true, the operator changes nothing.
+    #[serde(default)]
+    pub paused: bool,
+}
+
+/// A voter's persistent volume.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageSpec {
+    /// Size of each voter's volume, as a Kubernetes quantity (e.g. `20Gi`).
+    pub size: String,
+    /// StorageClass of the volumes; the cluster default when absent.
+    #[serde(default)]
+    pub class_name: Option<String>,
+}
+
+/// An S3-API object store.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectStoreSpec {
+    /// Bucket name.
+    pub bucket: String,
+    /// Endpoint URL; AWS when absent.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// Region.
+    #[serde(default)]
+    pub region: Option<String>,
+    /// Secret with keys `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY`.
+    pub credentials_secret: String,
+}
+
+/// What the operator observed and did.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UrsulaClusterStatus {
+    /// The generation of the spec this status describes.
+    #[serde(default)]
+    pub observed_generation: Option<i64>,
+    /// `Available`, `Progressing`, `Degraded` and `Upgrading`.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    /// The version every voter runs, when they agree.
+    #[serde(default)]
+    pub node_version: Option<String>,
+    /// The version every gateway runs, when they agree.
+    #[serde(default)]
+    pub gateway_version: Option<String>,
+    /// Voters ready and caught up.
+    #[serde(default)]
+    pub ready_voters: u8,
+    /// Gateways ready.
+    #[serde(default)]
+    pub ready_gateways: u16,
+    /// The step of an upgrade or rollback in progress, e.g. `gateways` or `voter 2`.
+    #[serde(default)]
+    pub upgrade_step: Option<String>,
+}
+
+fn default_node_image() -> String {
+    "ursula/ursula-node".into()
+}
+
+fn default_gateway_image() -> String {
+    "ursula/ursula-gateway".into()
+}
+
+fn default_gateway_replicas() -> u16 {
+    2
+}
+
+/// Deletes every stream of a bucket and fences the bucket ID for good. The spec cannot change
+/// after creation; deleting the resource never touches data.
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "ursula.io",
+    version = "v1alpha1",
+    kind = "BucketPurge",
+    namespaced,
+    status = "BucketPurgeStatus",
+    validation = r#"self.spec == oldSelf.spec"#,
+    printcolumn = r#"{"name":"Cluster","type":"string","jsonPath":".spec.cluster"}"#,
+    printcolumn = r#"{"name":"Bucket","type":"string","jsonPath":".spec.bucket"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct BucketPurgeSpec {
+    /// The `UrsulaCluster` (same namespace) that holds the bucket.
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "cluster is immutable"}]))]
+    pub cluster: String,
+    /// The bucket ID to purge and fence.
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "bucket is immutable"}]))]
+    #[schemars(regex(pattern = r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$"))]
+    pub bucket: String,
+}
+
+/// Where a purge is. Phases only move forward: Pending, Purging, then Succeeded or Failed.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BucketPurgeStatus {
+    /// `Pending`, `Purging`, `Succeeded` or `Failed`.
+    #[serde(default)]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "self == oldSelf || (oldSelf == 'Pending' && self != 'Pending') || (oldSelf == 'Purging' && (self == 'Succeeded' || self == 'Failed'))",
+        "message": "phases only move forward"
+    }]))]
+    pub phase: Option<PurgePhase>,
+    /// Why the purge is in this phase.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Streams the purge deleted.
+    #[serde(default)]
+    pub purged_streams: Option<u64>,
+}
+
+/// The phase of a purge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum PurgePhase {
+    Pending,
+    Purging,
+    Succeeded,
+    Failed,
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::CustomResourceExt;
+
+    use super::*;
+
+    /// Every property of every schema has a description, so `kubectl explain` says something.
+    fn undescribed(schema: &serde_json::Value, path: &str, out: &mut Vec<String>) {
+        if let Some(properties) = schema.get("properties").and_then(|p| p.as_object()) {
+            for (name, property) in properties {
+                let here = format!("{path}.{name}");
+                // Fields whose types come from Kubernetes keep Kubernetes' own descriptions.
+                if property.get("description").is_none() && path.starts_with(".spec") {
+                    out.push(here.clone());
+                }
+                undescribed(property, &here, out);
+            }
+        }
+        if let Some(items) = schema.get("items") {
+            undescribed(items, path, out);
+        }
+    }
+
+    #[test]
+    fn every_spec_field_is_described() {
+        for crd in [UrsulaCluster::crd(), BucketPurge::crd()] {
+            let schema = serde_json::to_value(&crd.spec.versions[0].schema).unwrap();
+            let root = &schema["openAPIV3Schema"];
+            let mut missing = Vec::new();
+            undescribed(&root["properties"]["spec"], ".spec", &mut missing);
+            assert!(
+                missing.is_empty(),
+                "{}: no description on {missing:?}",
+                crd.spec.names.kind
+            );
+        }
+    }
+
+    #[test]
+    fn voters_are_one_three_or_five() {
+        let schema =
+            serde_json::to_value(UrsulaCluster::crd().spec.versions[0].schema.clone()).unwrap();
+        let voters = &schema["openAPIV3Schema"]["properties"]["spec"]["properties"]["voters"];
+        assert_eq!(voters["enum"], serde_json::json!([1, 3, 5]));
+    }
+}

@@ -1,0 +1,286 @@
+//! Pure builders: an `UrsulaCluster` in, the desired objects out. No I/O, so table tests can
+//! pin every decision.
+
+use kube::{CustomResourceExt, ResourceExt};
+use ursula_wire::ports;
+
+use crate::crd::{BucketPurge, UrsulaCluster};
+
+/// The CRD files `crdgen` writes into `crds/`.
+pub fn crd_files() -> Vec<(&'static str, String)> {
+    let yaml = |crd| serde_yaml::to_string(&crd).unwrap_or_default();
+    vec![
+        ("ursulacluster.yaml", yaml(UrsulaCluster::crd())),
+        ("bucketpurge.yaml", yaml(BucketPurge::crd())),
+    ]
+}
+
+/// Raft groups every cluster runs.
+pub const GROUP_COUNT: i64 = 16;
+
+/// Node config keys the operator sets itself; `nodeConfig` may not override them.
+const RESERVED_KEYS: [&str; 8] = [
+    "node_id",
+    "data_dir",
+    "server.listen",
+    "server.admin_listen",
+    "server.cluster_listen",
+    "raft.peers",
+    "raft.group_count",
+    "runtime.worker_threads",
+];
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InvalidSpec {
+    ReservedKey(String),
+    BadKey(String),
+}
+
+impl std::fmt::Display for InvalidSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::ReservedKey(key) => {
+                write!(f, "nodeConfig may not set {key}: the operator sets it")
+            }
+            Self::BadKey(key) => write!(f, "nodeConfig key {key:?} is not a dotted config key"),
+        }
+    }
+}
+
+/// The headless Service that gives each voter a stable DNS name.
+pub fn headless_service_name(cluster: &UrsulaCluster) -> String {
+    format!("{}-headless", cluster.name_any())
+}
+
+/// The stable DNS name of voter `ordinal`.
+pub fn voter_host(cluster: &UrsulaCluster, ordinal: u8) -> String {
+    let namespace = cluster.namespace().unwrap_or_else(|| "default".into());
+    format!(
+        "{}-{ordinal}.{}.{namespace}.svc",
+        cluster.name_any(),
+        headless_service_name(cluster)
+    )
+}
+
+/// The node config file of voter `ordinal` (TOML), with the peers list derived from the
+/// StatefulSet's stable DNS names and the spec's overrides applied.
+pub fn node_config(cluster: &UrsulaCluster, ordinal: u8) -> Result<String, InvalidSpec> {
+    use toml::{Table, Value};
+    let mut root = Table::new();
+    root.insert("node_id".into(), Value::Integer(i64::from(ordinal) + 1));
+    root.insert("data_dir".into(), Value::String("/var/lib/ursula".into()));
+    let mut server = Table::new();
+    let listen = |port: u16| Value::String(format!("0.0.0.0:{port}"));
+    server.insert("listen".into(), listen(ports::CLIENT));
+    server.insert("admin_listen".into(), listen(ports::ADMIN));
+    server.insert("cluster_listen".into(), listen(ports::CLUSTER));
+    root.insert("server".into(), Value::Table(server));
+    let mut raft = Table::new();
+    raft.insert("group_count".into(), Value::Integer(GROUP_COUNT));
+    let peers = (0..cluster.spec.voters)
+        .map(|i| {
+            let host = voter_host(cluster, i);
+            let mut peer = Table::new();
+            peer.insert("id".into(), Value::Integer(i64::from(i) + 1));
+            peer.insert(
+                "cluster_url".into(),
+                Value::String(format!("http://{host}:{}", ports::CLUSTER)),
+            );
+            peer.insert(
+                "client_url".into(),
+                Value::String(format!("http://{host}:{}", ports::CLIENT)),
+            );
+            Value::Table(peer)
+        })
+        .collect();
+    raft.insert("peers".into(), Value::Array(peers));
+    root.insert("raft".into(), Value::Table(raft));
+
+    for (key, value) in &cluster.spec.node_config {
+        if RESERVED_KEYS.contains(&key.as_str()) {
+            return Err(InvalidSpec::ReservedKey(key.clone()));
+        }
+        let parts: Vec<&str> = key.split('.').collect();
+        if parts.iter().any(|p| p.is_empty()) {
+            return Err(InvalidSpec::BadKey(key.clone()));
+        }
+        let value = toml_value(value).ok_or_else(|| InvalidSpec::BadKey(key.clone()))?;
+        let (last, tables) = parts
+            .split_last()
+            .ok_or_else(|| InvalidSpec::BadKey(key.clone()))?;
+        let mut table = &mut root;
+        for part in tables {
+            let entry = table
+                .entry((*part).to_owned())
+                .or_insert_with(|| Value::Table(Table::new()));
+            table = match entry {
+                Value::Table(inner) => inner,
+                _ => return Err(InvalidSpec::BadKey(key.clone())),
+            };
+        }
+        table.insert((*last).to_owned(), value);
+    }
+    Ok(toml::to_string(&root).unwrap_or_default())
+}
+
+fn toml_value(value: &serde_json::Value) -> Option<toml::Value> {
+    use serde_json::Value as J;
+    Some(match value {
+        J::Bool(b) => toml::Value::Boolean(*b),
+        J::Number(n) => match n.as_i64() {
+            Some(i) => toml::Value::Integer(i),
+            None => toml::Value::Float(n.as_f64()?),
+        },
+        J::String(s) => toml::Value::String(s.clone()),
+        J::Array(items) => toml::Value::Array(items.iter().map(toml_value).collect::<Option<_>>()?),
+        J::Null | J::Object(_) => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::crd::{StorageSpec, UrsulaClusterSpec};
+
+    fn cluster(voters: u8, overrides: &[(&str, serde_json::Value)]) -> UrsulaCluster {
+        let mut cluster = UrsulaCluster::new(
+            "ursula",
+            UrsulaClusterSpec {
+                version: "0.1.0".into(),
+                node_image: "ursula/ursula-node".into(),
+                gateway_image: "ursula/ursula-gateway".into(),
+                voters,
+                gateway_replicas: 2,
+                node_resources: None,
+                gateway_resources: None,
+                storage: StorageSpec {
+                    size: "10Gi".into(),
+                    class_name: None,
+                },
+                object_store: None,
+                node_config: overrides
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), v.clone()))
+                    .collect::<BTreeMap<_, _>>(),
+                paused: false,
+            },
+        );
+        cluster.metadata.namespace = Some("streams".into());
+        cluster
+    }
+
+    fn parsed(text: &str) -> toml::Table {
+        text.parse().expect("valid TOML")
+    }
+
+    #[test]
+    fn peers_follow_the_statefulset_dns_names() {
+        for voters in [1u8, 3, 5] {
+            for ordinal in 0..voters {
+                let config = parsed(&node_config(&cluster(voters, &[]), ordinal).unwrap());
+                assert_eq!(config["node_id"].as_integer(), Some(i64::from(ordinal) + 1));
+                let peers = config["raft"]["peers"].as_array().unwrap();
+                assert_eq!(peers.len(), voters as usize);
+                for (i, peer) in peers.iter().enumerate() {
+                    assert_eq!(peer["id"].as_integer(), Some(i as i64 + 1));
+                    assert_eq!(
+                        peer["cluster_url"].as_str(),
+                        Some(
+                            format!("http://ursula-{i}.ursula-headless.streams.svc:4439").as_str()
+                        )
+                    );
+                    assert_eq!(
+                        peer["client_url"].as_str(),
+                        Some(
+                            format!("http://ursula-{i}.ursula-headless.streams.svc:4437").as_str()
+                        )
+                    );
+                }
+                assert_eq!(
+                    config["server"]["admin_listen"].as_str(),
+                    Some("0.0.0.0:4438")
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn overrides_apply_and_reserved_keys_are_refused() {
+        let config = parsed(
+            &node_config(
+                &cluster(
+                    3,
+                    &[
+                        ("raft.snapshot_log_budget", serde_json::json!(1024)),
+                        ("server.long_poll_timeout", serde_json::json!("5s")),
+                        ("storage.max_producers_per_stream", serde_json::json!(8)),
+                    ],
+                ),
+                0,
+            )
+            .unwrap(),
+        );
+        assert_eq!(
+            config["raft"]["snapshot_log_budget"].as_integer(),
+            Some(1024)
+        );
+        assert_eq!(
+            config["raft"]["group_count"].as_integer(),
+            Some(GROUP_COUNT)
+        );
+        assert_eq!(config["server"]["long_poll_timeout"].as_str(), Some("5s"));
+        assert_eq!(
+            config["storage"]["max_producers_per_stream"].as_integer(),
+            Some(8)
+        );
+        let cases = [
+            (
+                "raft.peers",
+                serde_json::json!([]),
+                InvalidSpec::ReservedKey("raft.peers".into()),
+            ),
+            (
+                "node_id",
+                serde_json::json!(9),
+                InvalidSpec::ReservedKey("node_id".into()),
+            ),
+            (
+                "server..listen",
+                serde_json::json!(1),
+                InvalidSpec::BadKey("server..listen".into()),
+            ),
+            (
+                "server.listen.x",
+                serde_json::json!(1),
+                InvalidSpec::BadKey("server.listen.x".into()),
+            ),
+            (
+                "raft.wal",
+                serde_json::json!({"a": 1}),
+                InvalidSpec::BadKey("raft.wal".into()),
+            ),
+        ];
+        for (key, value, expected) in cases {
+            assert_eq!(
+                node_config(&cluster(3, &[(key, value)]), 0),
+                Err(expected),
+                "{key}"
+            );
+        }
+    }
+
+    #[test]
+    fn committed_crds_match_the_types() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../crds");
+        for (file, yaml) in crd_files() {
+            let committed = std::fs::read_to_string(dir.join(file))
+                .unwrap_or_else(|_| panic!("crds/{file} is missing: run `cargo run -p ursula-operator --bin crdgen -- --out crds`"));
+            assert_eq!(
+                committed, yaml,
+                "crds/{file} differs from the types: run `cargo run -p ursula-operator --bin crdgen -- --out crds`"
+            );
+        }
+    }
+}
