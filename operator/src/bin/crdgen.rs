@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let out = match args.as_slice() {
+    let args: Vec<String> = std::env::args().collect();
+    let out = match args.get(1..).unwrap_or_default() {
         [] => None,
         [flag, dir] if flag == "--out" => Some(PathBuf::from(dir)),
         _ => {
