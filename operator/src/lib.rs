@@ -7,3 +7,4 @@
 
 pub mod crd;
 pub mod objects;
+pub mod workloads;

@@ -1,0 +1,488 @@
+//! Pure builders of the cluster's Kubernetes objects. Each takes the `UrsulaCluster` and
+//! returns the desired object; the controller applies them with server-side apply.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{
+    Deployment, DeploymentSpec, StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy,
+};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
+    HTTPGetAction, ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, Service, ServicePort, ServiceSpec, Volume,
+    VolumeMount, VolumeResourceRequirements,
+};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::{Resource, ResourceExt};
+use ursula_wire::ports;
+
+use crate::crd::UrsulaCluster;
+use crate::objects::{InvalidSpec, headless_service_name, node_config, voter_host};
+
+const NODE: &str = "ursula-node";
+const GATEWAY: &str = "ursula-gateway";
+const CONFIG_DIR: &str = "/etc/ursula";
+const DATA_DIR: &str = "/var/lib/ursula";
+/// The non-root user the images run as.
+const USER_ID: i64 = 10001;
+
+fn labels(cluster: &UrsulaCluster, component: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".to_owned(), component.to_owned()),
+        ("app.kubernetes.io/instance".to_owned(), cluster.name_any()),
+        (
+            "app.kubernetes.io/managed-by".to_owned(),
+            "ursula-operator".to_owned(),
+        ),
+    ])
+}
+
+fn meta(cluster: &UrsulaCluster, name: String, component: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: cluster.namespace(),
+        labels: Some(labels(cluster, component)),
+        owner_references: cluster.controller_owner_ref(&()).map(|owner| vec![owner]),
+        ..ObjectMeta::default()
+    }
+}
+
+fn selector(cluster: &UrsulaCluster, component: &str) -> LabelSelector {
+    LabelSelector {
+        match_labels: Some(labels(cluster, component)),
+        ..LabelSelector::default()
+    }
+}
+
+fn port(name: &str, number: u16) -> ContainerPort {
+    ContainerPort {
+        name: Some(name.to_owned()),
+        container_port: i32::from(number),
+        ..ContainerPort::default()
+    }
+}
+
+fn service_port(name: &str, number: u16) -> ServicePort {
+    ServicePort {
+        name: Some(name.to_owned()),
+        port: i32::from(number),
+        target_port: Some(IntOrString::Int(i32::from(number))),
+        ..ServicePort::default()
+    }
+}
+
+/// Probes go to the admin listener, never the client one.
+fn probe(path: &str) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.to_owned()),
+            port: IntOrString::Int(i32::from(ports::ADMIN)),
+            ..HTTPGetAction::default()
+        }),
+        period_seconds: Some(5),
+        failure_threshold: Some(3),
+        ..Probe::default()
+    }
+}
+
+fn security() -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(USER_ID),
+        fs_group: Some(USER_ID),
+        ..PodSecurityContext::default()
+    }
+}
+
+/// One config file per voter, `{cluster}-{ordinal}.toml`; a pod reads its own by name.
+pub fn config_map(cluster: &UrsulaCluster) -> Result<ConfigMap, InvalidSpec> {
+    let mut data = BTreeMap::new();
+    for ordinal in 0..cluster.spec.voters {
+        let file = format!("{}-{ordinal}.toml", cluster.name_any());
+        data.insert(file, node_config(cluster, ordinal)?);
+    }
+    Ok(ConfigMap {
+        metadata: meta(cluster, format!("{}-config", cluster.name_any()), NODE),
+        data: Some(data),
+        ..ConfigMap::default()
+    })
+}
+
+/// Stable DNS names for the voters; they are published before they are ready, so that peers
+/// find each other while a group elects its leader.
+pub fn headless_service(cluster: &UrsulaCluster) -> Service {
+    Service {
+        metadata: meta(cluster, headless_service_name(cluster), NODE),
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".to_owned()),
+            publish_not_ready_addresses: Some(true),
+            selector: Some(labels(cluster, NODE)),
+            ports: Some(vec![
+                service_port("client", ports::CLIENT),
+                service_port("admin", ports::ADMIN),
+                service_port("cluster", ports::CLUSTER),
+            ]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    }
+}
+
+/// What clients connect to: the gateways.
+pub fn client_service(cluster: &UrsulaCluster) -> Service {
+    Service {
+        metadata: meta(cluster, cluster.name_any(), GATEWAY),
+        spec: Some(ServiceSpec {
+            selector: Some(labels(cluster, GATEWAY)),
+            ports: Some(vec![service_port("client", ports::CLIENT)]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    }
+}
+
+/// The voters. `OnDelete`: the operator replaces them one at a time, draining each first.
+pub fn statefulset(cluster: &UrsulaCluster) -> StatefulSet {
+    let spec = &cluster.spec;
+    let container = Container {
+        name: "node".to_owned(),
+        image: Some(format!("{}:{}", spec.node_image, spec.version)),
+        args: Some(vec![
+            "--config".to_owned(),
+            format!("{CONFIG_DIR}/$(POD_NAME).toml"),
+        ]),
+        env: Some(vec![EnvVar {
+            name: "POD_NAME".to_owned(),
+            value_from: Some(EnvVarSource {
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: "metadata.name".to_owned(),
+                    ..ObjectFieldSelector::default()
+                }),
+                ..EnvVarSource::default()
+            }),
+            ..EnvVar::default()
+        }]),
+        ports: Some(vec![
+            port("client", ports::CLIENT),
+            port("admin", ports::ADMIN),
+            port("cluster", ports::CLUSTER),
+        ]),
+        readiness_probe: Some(probe("/readyz")),
+        liveness_probe: Some(probe("/healthz")),
+        resources: spec.node_resources.clone(),
+        volume_mounts: Some(vec![
+            VolumeMount {
+                name: "data".to_owned(),
+                mount_path: DATA_DIR.to_owned(),
+                ..VolumeMount::default()
+            },
+            VolumeMount {
+                name: "config".to_owned(),
+                mount_path: CONFIG_DIR.to_owned(),
+                read_only: Some(true),
+                ..VolumeMount::default()
+            },
+        ]),
+        ..Container::default()
+    };
+    let claim = PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some("data".to_owned()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".to_owned()]),
+            storage_class_name: spec.storage.class_name.clone(),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([(
+                    "storage".to_owned(),
+                    Quantity(spec.storage.size.clone()),
+                )])),
+                ..VolumeResourceRequirements::default()
+            }),
+            ..PersistentVolumeClaimSpec::default()
+        }),
+        ..PersistentVolumeClaim::default()
+    };
+    StatefulSet {
+        metadata: meta(cluster, cluster.name_any(), NODE),
+        spec: StatefulSetSpec {
+            replicas: Some(i32::from(spec.voters)),
+            service_name: Some(headless_service_name(cluster)),
+            pod_management_policy: Some("Parallel".to_owned()),
+            update_strategy: Some(StatefulSetUpdateStrategy {
+                type_: Some("OnDelete".to_owned()),
+                ..StatefulSetUpdateStrategy::default()
+            }),
+            selector: selector(cluster, NODE),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels(cluster, NODE)),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![container],
+                    security_context: Some(security()),
+                    termination_grace_period_seconds: Some(30),
+                    volumes: Some(vec![Volume {
+                        name: "config".to_owned(),
+                        config_map: Some(ConfigMapVolumeSource {
+                            name: format!("{}-config", cluster.name_any()),
+                            ..ConfigMapVolumeSource::default()
+                        }),
+                        ..Volume::default()
+                    }]),
+                    ..PodSpec::default()
+                }),
+            },
+            volume_claim_templates: Some(vec![claim]),
+            ..StatefulSetSpec::default()
+        },
+        ..StatefulSet::default()
+    }
+}
+
+/// The gateways, pointed at every voter's client listener directly (nothing in between may
+/// resend requests).
+pub fn gateway_deployment(cluster: &UrsulaCluster) -> Deployment {
+    let spec = &cluster.spec;
+    let mut args = vec![
+        "--listen".to_owned(),
+        format!("0.0.0.0:{}", ports::CLIENT),
+        "--admin-listen".to_owned(),
+        format!("0.0.0.0:{}", ports::ADMIN),
+    ];
+    for ordinal in 0..spec.voters {
+        args.push("--upstream".to_owned());
+        args.push(format!(
+            "http://{}:{}",
+            voter_host(cluster, ordinal),
+            ports::CLIENT
+        ));
+    }
+    let container = Container {
+        name: "gateway".to_owned(),
+        image: Some(format!("{}:{}", spec.gateway_image, spec.version)),
+        args: Some(args),
+        ports: Some(vec![
+            port("client", ports::CLIENT),
+            port("admin", ports::ADMIN),
+        ]),
+        readiness_probe: Some(probe("/readyz")),
+        liveness_probe: Some(probe("/healthz")),
+        resources: spec.gateway_resources.clone(),
+        ..Container::default()
+    };
+    Deployment {
+        metadata: meta(cluster, format!("{}-gateway", cluster.name_any()), GATEWAY),
+        spec: DeploymentSpec {
+            replicas: Some(i32::from(spec.gateway_replicas)),
+            selector: selector(cluster, GATEWAY),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels(cluster, GATEWAY)),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![container],
+                    security_context: Some(security()),
+                    ..PodSpec::default()
+                }),
+            },
+            ..DeploymentSpec::default()
+        },
+        ..Deployment::default()
+    }
+}
+
+/// Voluntary disruptions never take a majority of voters: at most (voters - 1) / 2 may be
+/// down (0 of 1, 1 of 3, 2 of 5). At least one gateway stays up when there are several.
+pub fn disruption_budgets(cluster: &UrsulaCluster) -> [PodDisruptionBudget; 2] {
+    let voters = i32::from(cluster.spec.voters);
+    let gateways = i32::from(cluster.spec.gateway_replicas);
+    let budget = |name: String, component: &str, max_unavailable: i32| PodDisruptionBudget {
+        metadata: meta(cluster, name, component),
+        spec: Some(PodDisruptionBudgetSpec {
+            max_unavailable: Some(IntOrString::Int(max_unavailable)),
+            selector: Some(selector(cluster, component)),
+            ..PodDisruptionBudgetSpec::default()
+        }),
+        ..PodDisruptionBudget::default()
+    };
+    [
+        budget(
+            format!("{}-voters", cluster.name_any()),
+            NODE,
+            (voters - 1) / 2,
+        ),
+        budget(
+            format!("{}-gateway", cluster.name_any()),
+            GATEWAY,
+            (gateways - 1).clamp(0, 1),
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::{StorageSpec, UrsulaClusterSpec};
+
+    fn cluster(voters: u8, gateways: u16) -> UrsulaCluster {
+        let mut cluster = UrsulaCluster::new(
+            "prod",
+            UrsulaClusterSpec {
+                version: "1.2.3".into(),
+                node_image: "reg/ursula-node".into(),
+                gateway_image: "reg/ursula-gateway".into(),
+                voters,
+                gateway_replicas: gateways,
+                node_resources: None,
+                gateway_resources: None,
+                storage: StorageSpec {
+                    size: "20Gi".into(),
+                    class_name: Some("fast".into()),
+                },
+                object_store: None,
+                node_config: BTreeMap::new(),
+                paused: false,
+            },
+        );
+        cluster.metadata.namespace = Some("ns".into());
+        cluster.metadata.uid = Some("uid-1".into());
+        cluster
+    }
+
+    fn max_unavailable(pdb: &PodDisruptionBudget) -> i32 {
+        match pdb.spec.as_ref().unwrap().max_unavailable {
+            Some(IntOrString::Int(n)) => n,
+            ref other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn disruption_budgets_keep_quorum() {
+        for (voters, gateways, voter_budget, gateway_budget) in
+            [(1, 1, 0, 0), (3, 2, 1, 1), (5, 3, 2, 1), (3, 1, 1, 0)]
+        {
+            let [v, g] = disruption_budgets(&cluster(voters, gateways));
+            assert_eq!(max_unavailable(&v), voter_budget, "{voters} voters");
+            assert_eq!(max_unavailable(&g), gateway_budget, "{gateways} gateways");
+        }
+    }
+
+    #[test]
+    fn statefulset_is_on_delete_with_probes_on_the_admin_port() {
+        for voters in [1u8, 3, 5] {
+            let set = statefulset(&cluster(voters, 2));
+            let spec = &set.spec;
+            assert_eq!(spec.replicas, Some(i32::from(voters)));
+            assert_eq!(
+                spec.update_strategy.as_ref().unwrap().type_.as_deref(),
+                Some("OnDelete")
+            );
+            assert_eq!(spec.service_name.as_deref(), Some("prod-headless"));
+            let pod = spec.template.spec.as_ref().unwrap();
+            let node = &pod.containers[0];
+            assert_eq!(node.image.as_deref(), Some("reg/ursula-node:1.2.3"));
+            assert_eq!(
+                node.args.as_ref().unwrap()[1],
+                "/etc/ursula/$(POD_NAME).toml"
+            );
+            let readiness = node
+                .readiness_probe
+                .as_ref()
+                .unwrap()
+                .http_get
+                .as_ref()
+                .unwrap();
+            assert_eq!(readiness.path.as_deref(), Some("/readyz"));
+            assert_eq!(readiness.port, IntOrString::Int(4438));
+            assert_eq!(
+                pod.security_context.as_ref().unwrap().run_as_non_root,
+                Some(true)
+            );
+            let claim = &spec.volume_claim_templates.as_ref().unwrap()[0];
+            let claim_spec = claim.spec.as_ref().unwrap();
+            assert_eq!(claim_spec.storage_class_name.as_deref(), Some("fast"));
+            assert_eq!(
+                claim_spec
+                    .resources
+                    .as_ref()
+                    .unwrap()
+                    .requests
+                    .as_ref()
+                    .unwrap()["storage"],
+                Quantity("20Gi".into())
+            );
+            let owner = &set.metadata.owner_references.as_ref().unwrap()[0];
+            assert_eq!(
+                (owner.kind.as_str(), owner.controller),
+                ("UrsulaCluster", Some(true))
+            );
+        }
+    }
+
+    #[test]
+    fn gateways_point_at_every_voter_directly() {
+        let deployment = gateway_deployment(&cluster(3, 2));
+        let spec = &deployment.spec;
+        assert_eq!(spec.replicas, Some(2));
+        let gateway = &spec.template.spec.as_ref().unwrap().containers[0];
+        assert_eq!(gateway.image.as_deref(), Some("reg/ursula-gateway:1.2.3"));
+        let upstreams: Vec<&String> = gateway
+            .args
+            .as_ref()
+            .unwrap()
+            .windows(2)
+            .filter(|w| w[0] == "--upstream")
+            .map(|w| &w[1])
+            .collect();
+        assert_eq!(
+            upstreams,
+            vec![
+                "http://prod-0.prod-headless.ns.svc:4437",
+                "http://prod-1.prod-headless.ns.svc:4437",
+                "http://prod-2.prod-headless.ns.svc:4437"
+            ]
+        );
+    }
+
+    #[test]
+    fn services_and_config() {
+        let headless = headless_service(&cluster(3, 2));
+        let spec = headless.spec.as_ref().unwrap();
+        assert_eq!(spec.cluster_ip.as_deref(), Some("None"));
+        assert_eq!(spec.publish_not_ready_addresses, Some(true));
+        let names: Vec<_> = spec
+            .ports
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|p| p.port)
+            .collect();
+        assert_eq!(names, vec![4437, 4438, 4439]);
+        let client = client_service(&cluster(3, 2));
+        let client_spec = client.spec.as_ref().unwrap();
+        assert_eq!(client_spec.ports.as_ref().unwrap()[0].port, 4437);
+        assert_eq!(
+            client_spec.selector.as_ref().unwrap()["app.kubernetes.io/name"],
+            "ursula-gateway"
+        );
+        let config = config_map(&cluster(5, 2)).unwrap();
+        let files: Vec<&String> = config.data.as_ref().unwrap().keys().collect();
+        assert_eq!(
+            files,
+            vec![
+                "prod-0.toml",
+                "prod-1.toml",
+                "prod-2.toml",
+                "prod-3.toml",
+                "prod-4.toml"
+            ]
+        );
+    }
+}
