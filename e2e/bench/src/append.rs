@@ -17,26 +17,14 @@ pub struct Options {
 }
 
 pub async fn run(client: Client, prefix: &str, label: &str, o: Options) -> Result<String, Error> {
-    let run_id = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)?
-        .as_millis();
+    let run_id = crate::client::run_id();
     let paths: Arc<Vec<String>> = Arc::new(
         (0..o.streams)
             .map(|i| format!("{prefix}-{run_id}-{i}"))
             .collect(),
     );
     for path in paths.iter() {
-        let status = client
-            .send(
-                Method::PUT,
-                path,
-                Some("application/octet-stream"),
-                Bytes::new(),
-            )
-            .await?;
-        if !status.is_success() {
-            return Err(format!("create {path}: {status}").into());
-        }
+        client.create(path, "application/octet-stream").await?;
     }
     let body = Bytes::from(vec![b'x'; o.size]);
     let measuring = Arc::new(AtomicBool::new(false));

@@ -7,6 +7,13 @@ use hyper_util::rt::TokioExecutor;
 
 pub type Error = Box<dyn std::error::Error + Send + Sync>;
 
+/// A tag that keeps this run's streams apart from earlier runs' on a long-lived server.
+pub fn run_id() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
+}
+
 /// A pooled HTTP/1.1 client bound to one server.
 #[derive(Clone)]
 pub struct Client {
@@ -25,6 +32,17 @@ impl Client {
             base: base.trim_end_matches('/').to_owned(),
             inner,
         }
+    }
+
+    /// Creates a stream, failing on anything but success.
+    pub async fn create(&self, path: &str, content_type: &str) -> Result<(), Error> {
+        let status = self
+            .send(Method::PUT, path, Some(content_type), Bytes::new())
+            .await?;
+        if !status.is_success() {
+            return Err(format!("create {path}: {status}").into());
+        }
+        Ok(())
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -15,16 +15,8 @@ pub struct Options {
 }
 
 pub async fn run(client: Client, prefix: &str, label: &str, o: Options) -> Result<String, Error> {
-    let run_id = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)?
-        .as_millis();
-    let path = format!("{prefix}-sse-{run_id}");
-    let status = client
-        .send(Method::PUT, &path, Some("text/plain"), Bytes::new())
-        .await?;
-    if !status.is_success() {
-        return Err(format!("create {path}: {status}").into());
-    }
+    let path = format!("{prefix}-sse-{}", crate::client::run_id());
+    client.create(&path, "text/plain").await?;
     let origin = Instant::now();
     let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u64>>();
     let (ready_tx, mut ready_rx) = mpsc::unbounded_channel::<()>();

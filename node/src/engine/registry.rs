@@ -47,12 +47,12 @@ pub struct StreamHandle {
 }
 
 impl StreamHandle {
-    fn new(meta: StreamMeta, seq: u64) -> Self {
+    fn new(meta: Arc<StreamMeta>, seq: u64) -> Self {
         let (version, _) = watch::channel(0);
         Self {
             id: meta.id,
             last_read_ms: AtomicU64::new(meta.last_access_ms),
-            meta: RwLock::new(Arc::new(meta)),
+            meta: RwLock::new(meta),
             version,
             removed: AtomicBool::new(false),
             changed_seq: AtomicU64::new(seq),
@@ -230,7 +230,7 @@ impl Registry {
         maps.buckets = buckets.map(|(k, v)| (k.clone(), v.clone())).collect();
         let seq = self.stored_seq();
         for meta in streams {
-            let handle = Arc::new(StreamHandle::new(meta.clone(), seq));
+            let handle = Arc::new(StreamHandle::new(Arc::new(meta.clone()), seq));
             if !meta.soft_deleted || !maps.by_path.contains_key(&meta.path) {
                 maps.by_path.insert(meta.path.clone(), handle.clone());
             }
@@ -247,7 +247,7 @@ impl Registry {
             for effect in effects {
                 match effect {
                     Effect::PutStream(meta) => {
-                        let meta = Arc::new((**meta).clone());
+                        let meta = meta.clone();
                         let handle = match maps.by_id.get(&meta.id).cloned() {
                             Some(handle) => {
                                 let retained_from = handle.meta.read().retained_from;
@@ -258,7 +258,7 @@ impl Registry {
                                 handle
                             }
                             None => {
-                                let handle = Arc::new(StreamHandle::new((*meta).clone(), seq));
+                                let handle = Arc::new(StreamHandle::new(meta.clone(), seq));
                                 maps.by_path.insert(meta.path.clone(), handle.clone());
                                 maps.by_id.insert(meta.id, handle.clone());
                                 handle

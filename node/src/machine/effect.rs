@@ -1,6 +1,8 @@
 //! What storage must do so that it holds the machine's new state. The machine emits effects and
 //! performs no I/O; the engine writes all effects of a batch in one transaction.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
 use super::stream::{ProducerState, StreamMeta, StreamPath};
@@ -18,7 +20,8 @@ pub enum Effect {
         state: BucketState,
     },
     SetNextStreamId(u64),
-    PutStream(Box<StreamMeta>),
+    /// Shared: the read model publishes the same value storage writes.
+    PutStream(Arc<StreamMeta>),
     DeleteStream {
         id: u64,
         path: StreamPath,

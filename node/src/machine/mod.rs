@@ -149,7 +149,7 @@ impl Machine {
 
     fn emit_meta(&mut self, id: u64) {
         if let Some(state) = self.streams.get(&id) {
-            let meta = Box::new(state.meta.clone());
+            let meta = std::sync::Arc::new(state.meta.clone());
             self.emit(Effect::PutStream(meta));
         }
     }

@@ -390,7 +390,7 @@ impl StoreModel {
                 }
                 Effect::SetNextStreamId(id) => self.next_id = id,
                 Effect::PutStream(meta) => {
-                    self.streams.insert(meta.id, *meta);
+                    self.streams.insert(meta.id, (*meta).clone());
                 }
                 Effect::DeleteStream { id, .. } => {
                     self.streams.remove(&id);
