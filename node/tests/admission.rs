@@ -15,6 +15,11 @@ use ursula_node::admission::available_bytes;
 const TEXT: (&str, &str) = ("content-type", "text/plain");
 const MIB: u64 = 1 << 20;
 
+/// These tests share one filesystem, and the disk-pressure test measures that filesystem's free
+/// space: a neighbour preallocating WAL segments while it runs would move its marks. They take
+/// turns.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn assert_marked(reply: &Reply, status: StatusCode, token: &str) {
     assert_eq!(reply.status, status, "{}", reply.text());
     assert_eq!(reply.error(), token);
@@ -76,6 +81,7 @@ fn allocate(path: &std::path::Path, bytes: u64) {
 
 #[tokio::test]
 async fn disk_pressure_refuses_writes_with_hysteresis() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let ballast_dir = tempfile::tempdir().expect("tempdir");
     let ballast = ballast_dir.path().join("ballast");
     let free = available_bytes(ballast_dir.path()).expect("statvfs");
@@ -135,6 +141,7 @@ async fn disk_pressure_refuses_writes_with_hysteresis() {
 
 #[tokio::test]
 async fn log_pressure_refuses_bodies_until_a_checkpoint() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     // Checkpoints paused: the log only grows.
     let node = start_in_process(|config| {
         config.raft.snapshot_log_budget = 4096;
@@ -188,6 +195,7 @@ async fn log_pressure_refuses_bodies_until_a_checkpoint() {
 
 #[tokio::test]
 async fn bodies_in_flight_share_a_budget() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let node = start_in_process(|config| {
         config.server.http_inflight_body_size = 64 * 1024;
     })
@@ -239,6 +247,7 @@ async fn bodies_in_flight_share_a_budget() {
 
 #[tokio::test]
 async fn oversized_bodies_are_refused_unapplied() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let node = start_in_process(|config| config.server.max_append_size = 1000).await;
     stream(&node).await;
     let declared = node.client.post("/adm/s", &[TEXT], "x".repeat(1001)).await;

@@ -161,6 +161,8 @@ pub async fn start_in_process(edit: impl FnOnce(&mut ursula_node::config::Config
     // Test machines may have little free disk; tests that need disk pressure set their own.
     config.raft.wal.min_available_size = 1 << 20;
     config.raft.wal.resume_available_size = 2 << 20;
+    // Many test nodes run at once; 64 MiB preallocated segments each would crowd small disks.
+    config.raft.wal.segment_size = 4 << 20;
     edit(&mut config);
     let node = ursula_node::start(config).await.expect("node starts");
     InProcess {
@@ -187,7 +189,7 @@ impl Process {
         let config = data_dir.join("test-node.toml");
         std::fs::write(
             &config,
-            "[raft.wal]\nmin_available_size = 1048576\nresume_available_size = 2097152\n",
+            "[raft.wal]\nmin_available_size = 1048576\nresume_available_size = 2097152\nsegment_size = 4194304\n",
         )
         .expect("config file");
         let mut child = Command::new(env!("CARGO_BIN_EXE_ursula-node"))
