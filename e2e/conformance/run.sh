@@ -3,19 +3,24 @@
 # pinned in package-lock.json) against a freshly started ursula-node, through the compat
 # family /v1/stream/{name}. Fails unless every default test passes.
 #
-# Usage: e2e/conformance/run.sh [--via-gateway] [path/to/target/dir]   (default: target/debug)
+# Usage: e2e/conformance/run.sh [--via-gateway | --cluster] [path/to/target/dir]
+#                                                        (default target dir: target/debug)
 #   --via-gateway   put ursula-gateway in front of the node and run the suite through it
+#   --cluster       start 3 voters on loopback and send the suite to a follower of the
+#                   compatibility bucket's group (fetch follows its 307s to the leader)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 via_gateway=0
+cluster=0
 if [ "${1:-}" = "--via-gateway" ]; then via_gateway=1; shift; fi
+if [ "${1:-}" = "--cluster" ]; then cluster=1; shift; fi
 bin_dir="$(realpath "${1:-$root/target/debug}")"
 node_bin="$bin_dir/ursula-node"
 expected=332
 
 cd "$here"
-if [ ! -d node_modules/@durable-streams/server-conformance-tests ]; then
+if [ ! -d node_modules/@durable-streams/server-conformance-tests ] || [ ! -d node_modules/undici ]; then
   # `npm ci` rejects this lock file over an optional Windows-only dependency of vite that npm
   # leaves out of it; `npm install` installs the same locked versions.
   npm install --no-audit --no-fund --loglevel=error
@@ -39,20 +44,51 @@ serving_addr() {
 }
 
 # CI machines may have little free disk: lower the disk-pressure thresholds.
-printf '[raft.wal]\nmin_available_size = 16777216\nresume_available_size = 33554432\n' >"$data/node.toml"
-"$node_bin" --config "$data/node.toml" --data-dir "$data/data" --listen 127.0.0.1:0 \
-  --admin-listen 127.0.0.1:0 --long-poll-timeout 500ms 2>"$data/node.log" &
-pids+=($!)
-addr="$(serving_addr ursula-node "$data/node.log")"
-echo "conformance: ursula-node at http://$addr"
-if [ "$via_gateway" = 1 ]; then
-  "$bin_dir/ursula-gateway" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
-    --upstream "http://$addr" 2>"$data/gateway.log" &
+limits='[raft.wal]\nmin_available_size = 16777216\nresume_available_size = 33554432\n'
+if [ "$cluster" = 1 ]; then
+  # Three voters on fixed loopback ports (peers must know each other's addresses).
+  base=$((20000 + RANDOM % 20000))
+  peers=""
+  for id in 1 2 3; do
+    p=$((base + 10 * id))
+    peers+="[[raft.peers]]\nid = $id\ncluster_url = \"http://127.0.0.1:$((p + 2))\"\nclient_url = \"http://127.0.0.1:$p\"\n"
+  done
+  for id in 1 2 3; do
+    p=$((base + 10 * id))
+    printf "node_id = $id\n[server]\nlisten = \"127.0.0.1:$p\"\nadmin_listen = \"127.0.0.1:$((p + 1))\"\ncluster_listen = \"127.0.0.1:$((p + 2))\"\nlong_poll_timeout = \"500ms\"\n[raft]\nelection_timeout = \"500ms\"\n$peers$limits" >"$data/node-$id.toml"
+    "$node_bin" --config "$data/node-$id.toml" --data-dir "$data/node-$id" 2>"$data/node-$id.log" &
+    pids+=($!)
+  done
+  for id in 1 2 3; do
+    serving_addr ursula-node "$data/node-$id.log" >/dev/null
+  done
+  # Ready = every group knows its leader; then pick a node that redirects the compat bucket.
+  addr=""
+  for _ in $(seq 1 100); do
+    ready=0
+    for id in 1 2 3; do
+      code="$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$((base + 10 * id + 1))/readyz" || true)"
+      [ "$code" = 200 ] && ready=$((ready + 1))
+    done
+    if [ "$ready" = 3 ]; then
+      for id in 1 2 3; do
+        code="$(curl -s -o /dev/null -w '%{http_code}' -X PUT "http://127.0.0.1:$((base + 10 * id))/default")"
+        [ "$code" = 307 ] && { addr="127.0.0.1:$((base + 10 * id))"; break; }
+      done
+      [ -n "$addr" ] && break
+    fi
+    sleep 0.1
+  done
+  [ -n "$addr" ] || { echo "conformance: the cluster did not become ready" >&2; tail -5 "$data"/node-*.log >&2; exit 1; }
+  echo "conformance: 3-voter cluster, sent to follower http://$addr"
+else
+  printf "$limits" >"$data/node.toml"
+  "$node_bin" --config "$data/node.toml" --data-dir "$data/data" --listen 127.0.0.1:0 \
+    --admin-listen 127.0.0.1:0 --long-poll-timeout 500ms 2>"$data/node.log" &
   pids+=($!)
-  addr="$(serving_addr ursula-gateway "$data/gateway.log")"
-  echo "conformance: through ursula-gateway at http://$addr"
+  addr="$(serving_addr ursula-node "$data/node.log")"
+  echo "conformance: ursula-node at http://$addr"
 fi
-
 status=0
 CONFORMANCE_TEST_URL="http://$addr" npx vitest run --reporter=default \
   --reporter=json --outputFile="$data/results.json" || status=$?

@@ -1,4 +1,4 @@
-//! The admin listener: health, readiness, metrics and bucket purges. It is a separate socket from the client
+//! The admin listener: health, readiness, metrics, drain and bucket purges. It is a separate socket from the client
 //! listener, so nothing here is reachable through the client port.
 
 use std::convert::Infallible;
@@ -14,15 +14,17 @@ use tokio::net::TcpListener;
 use ursula_wire::ErrorToken;
 use ursula_wire::admin::PurgeResponse;
 
-use crate::engine::Engine;
+use crate::groups::Groups;
 use crate::http::error::ApiError;
 use crate::http::response::{Body, Reply, add_common_headers};
 use crate::machine::{Command, Outcome};
 
 pub struct Admin {
-    pub engine: Arc<Engine>,
+    pub groups: Arc<Groups>,
     /// Set once the client listener is serving.
     pub ready: AtomicBool,
+    /// How long a drain waits for the groups' leadership to move.
+    pub drain_wait: std::time::Duration,
 }
 
 pub async fn serve(listener: TcpListener, admin: Arc<Admin>) {
@@ -57,30 +59,48 @@ async fn route(admin: &Admin, request: &Request<Incoming>) -> Result<Response<Bo
     match (request.method(), segments.as_slice()) {
         (&Method::GET, ["healthz"]) => Ok(json(StatusCode::OK, r#"{"status":"ok"}"#.into())),
         (&Method::GET, ["readyz"]) => {
-            if admin.ready.load(Ordering::Acquire) {
-                Ok(json(StatusCode::OK, r#"{"status":"ready"}"#.into()))
-            } else {
-                Err(ApiError::new(
+            if !admin.ready.load(Ordering::Acquire) {
+                return Err(ApiError::new(
                     ErrorToken::Unavailable,
                     "the node is not serving",
-                ))
+                ));
             }
+            admin
+                .groups
+                .caught_up()
+                .map_err(|reason| ApiError::new(ErrorToken::Unavailable, reason))?;
+            Ok(json(StatusCode::OK, r#"{"status":"ready"}"#.into()))
+        }
+        (&Method::POST, ["admin", "drain"]) => {
+            let wait = admin.drain_wait;
+            let still_led = admin.groups.drain(wait).await;
+            Ok(json(
+                StatusCode::OK,
+                format!(r#"{{"draining":true,"groups_led":{still_led}}}"#),
+            ))
+        }
+        (&Method::DELETE, ["admin", "drain"]) => {
+            admin.groups.undrain();
+            Ok(json(StatusCode::OK, r#"{"draining":false}"#.into()))
         }
         (&Method::GET, ["metrics"]) => {
             let mut text = String::with_capacity(4096);
-            admin.engine.metrics.render(&mut text);
+            crate::metrics::render(&admin.groups, &mut text);
             Ok(Reply::new(StatusCode::OK)
                 .header("content-type", "text/plain; version=0.0.4")
                 .body(text)
                 .build())
         }
         (&Method::POST, ["admin", "buckets", bucket, "purge"]) => purge(admin, bucket).await,
-        (_, ["healthz" | "readyz" | "metrics"] | ["admin", "buckets", _, "purge"]) => {
-            Err(ApiError::new(
-                ErrorToken::MethodNotAllowed,
-                format!("{} is not allowed on {path}", request.method()),
-            ))
-        }
+        (
+            _,
+            ["healthz" | "readyz" | "metrics"]
+            | ["admin", "buckets", _, "purge"]
+            | ["admin", "drain"],
+        ) => Err(ApiError::new(
+            ErrorToken::MethodNotAllowed,
+            format!("{} is not allowed on {path}", request.method()),
+        )),
         _ => Err(ApiError::new(
             ErrorToken::NotFound,
             format!("no admin route {path:?}"),
@@ -98,7 +118,9 @@ async fn purge(admin: &Admin, bucket: &str) -> Result<Response<Body>, ApiError> 
         ));
     }
     let outcome = admin
-        .engine
+        .groups
+        .for_bucket(bucket)
+        .clone()
         .propose(Command::PurgeBucket {
             bucket: bucket.to_owned(),
         })

@@ -38,6 +38,8 @@ pub struct Config {
 pub struct ServerConfig {
     pub listen: SocketAddr,
     pub admin_listen: SocketAddr,
+    /// Raft traffic between voters; bound only when the node has peers.
+    pub cluster_listen: SocketAddr,
     #[serde(deserialize_with = "duration")]
     pub long_poll_timeout: Duration,
     /// The bucket that `/v1/stream/{name}` addresses; created at start-up.
@@ -69,6 +71,30 @@ pub struct RaftConfig {
     /// this, writes with a body are refused (`RaftLogPressure`) until it is below 1.5 times.
     pub snapshot_log_budget: u64,
     pub wal: WalConfig,
+    /// Raft groups streams are spread over (by bucket). Fixed for the life of a cluster.
+    pub group_count: usize,
+    /// Every voter, this node included. Empty, or only this node: a single node.
+    pub peers: Vec<Peer>,
+    /// How often a leader sends heartbeats.
+    #[serde(deserialize_with = "duration")]
+    pub heartbeat_interval: Duration,
+    /// A follower that hears no leader for this long (up to twice as long, randomized)
+    /// campaigns.
+    #[serde(deserialize_with = "duration")]
+    pub election_timeout: Duration,
+    /// A group snapshots its state, and purges its log behind it, after this many entries.
+    pub snapshot_entries: u64,
+    /// Entries kept behind a snapshot, so that briefly lagging followers catch up from the log.
+    pub entries_kept_after_snapshot: u64,
+}
+
+/// A voter: its ID, where peers reach it, and where clients are sent to reach it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Peer {
+    pub id: u64,
+    pub cluster_url: String,
+    pub client_url: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -95,6 +121,12 @@ impl Default for RaftConfig {
         Self {
             snapshot_log_budget: 256 * 1024 * 1024,
             wal: WalConfig::default(),
+            group_count: 16,
+            peers: Vec::new(),
+            heartbeat_interval: Duration::from_millis(100),
+            election_timeout: Duration::from_millis(1000),
+            snapshot_entries: 20_000,
+            entries_kept_after_snapshot: 1_000,
         }
     }
 }
@@ -145,6 +177,7 @@ impl Default for ServerConfig {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], ursula_wire::ports::CLIENT)),
             admin_listen: SocketAddr::from(([127, 0, 0, 1], ursula_wire::ports::ADMIN)),
+            cluster_listen: SocketAddr::from(([127, 0, 0, 1], ursula_wire::ports::CLUSTER)),
             long_poll_timeout: Duration::from_secs(20),
             compat_bucket: "default".into(),
             max_append_size: 64 * 1024 * 1024,
@@ -193,7 +226,53 @@ impl Config {
         toml::from_str(text).map_err(|e| e.to_string())
     }
 
+    /// Whether this node replicates with peers (otherwise it is a single node).
+    pub fn is_replicated(&self) -> bool {
+        self.raft.peers.iter().any(|peer| peer.id != self.node_id)
+    }
+
+    fn validate_peers(&self) -> Result<(), ConfigError> {
+        let invalid = |message: String| ConfigError::Invalid {
+            key: "raft.peers",
+            message,
+        };
+        let mut ids = std::collections::HashSet::new();
+        for peer in &self.raft.peers {
+            if !ids.insert(peer.id) {
+                return Err(invalid(format!("node ID {} is listed twice", peer.id)));
+            }
+            for url in [&peer.cluster_url, &peer.client_url] {
+                if !url.starts_with("http://") {
+                    return Err(invalid(format!(
+                        "{url:?} of node {} is not an http:// URL",
+                        peer.id
+                    )));
+                }
+            }
+        }
+        if self.is_replicated() && !ids.contains(&self.node_id) {
+            return Err(invalid(format!(
+                "this node's node_id {} is not among the peers",
+                self.node_id
+            )));
+        }
+        if self.raft.group_count == 0 || self.raft.group_count > 4096 {
+            return Err(ConfigError::Invalid {
+                key: "raft.group_count",
+                message: "must be between 1 and 4096".into(),
+            });
+        }
+        if self.raft.election_timeout < self.raft.heartbeat_interval * 3 {
+            return Err(ConfigError::Invalid {
+                key: "raft.election_timeout",
+                message: "must be at least three heartbeat intervals".into(),
+            });
+        }
+        Ok(())
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_peers()?;
         if !crate::http::names::is_valid_bucket(&self.server.compat_bucket) {
             return Err(ConfigError::Invalid {
                 key: "server.compat_bucket",

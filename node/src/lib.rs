@@ -2,11 +2,15 @@
 
 pub mod admin;
 pub mod admission;
+pub mod cluster;
 pub mod config;
 pub mod cursor;
 pub mod engine;
+pub mod groups;
+mod housekeeping;
 pub mod http;
 pub mod machine;
+mod metrics;
 pub mod offset;
 pub mod storage;
 
@@ -16,8 +20,10 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 
+use cluster::ClusterView;
 use config::Config;
-use engine::{Engine, EngineError, now_ms};
+use engine::{Engine, EngineError};
+use groups::Groups;
 use machine::{Command, Refusal};
 
 #[derive(Debug, thiserror::Error)]
@@ -26,6 +32,8 @@ pub enum StartError {
     Config(#[from] config::ConfigError),
     #[error("cannot open the data directory: {0}")]
     Engine(#[from] EngineError),
+    #[error("cannot start replication: {0}")]
+    Cluster(String),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: std::net::SocketAddr,
@@ -37,7 +45,9 @@ pub enum StartError {
 pub struct Node {
     pub client_addr: std::net::SocketAddr,
     pub admin_addr: std::net::SocketAddr,
-    pub engine: Arc<Engine>,
+    /// The cluster listener's address, on a node with peers.
+    pub cluster_addr: Option<std::net::SocketAddr>,
+    pub groups: Arc<Groups>,
     admin: Arc<admin::Admin>,
     stopping: tokio::sync::watch::Sender<bool>,
     client_server: tokio::task::JoinHandle<()>,
@@ -50,6 +60,12 @@ impl Node {
     /// and their clients resume elsewhere. Acknowledged writes are already durable.
     pub async fn shutdown(self) {
         self.admin.ready.store(false, Ordering::Release);
+        // A voter first hands its leaderships over, so that writes move on without waiting
+        // for an election timeout after it is gone.
+        if self.groups.cluster.is_some() {
+            let still_led = self.groups.drain(self.grace / 2).await;
+            tracing::info!(still_led, "drained before stopping");
+        }
         self.stopping.send_replace(true);
         let deadline = self.grace + Duration::from_millis(100);
         if tokio::time::timeout(deadline, self.client_server)
@@ -61,82 +77,103 @@ impl Node {
     }
 }
 
-/// Opens storage, binds both listeners and serves until the runtime stops.
+/// Opens storage, binds the listeners and serves until the runtime stops. With peers, it also
+/// starts this node's replica of every Raft group and the cluster listener.
 pub async fn start(config: Config) -> Result<Node, StartError> {
     config.validate()?;
-    let engine = Engine::open(&config.data_dir, config.limits(), &config.raft.wal)?;
-    match engine
-        .propose(Command::CreateBucket {
-            bucket: config.server.compat_bucket.clone(),
-        })
-        .await
-    {
-        Ok(_) | Err(EngineError::Refused(Refusal::BucketFenced(_))) => {}
-        Err(error) => return Err(error.into()),
-    }
     let bind = |addr| async move {
         TcpListener::bind(addr)
             .await
             .map_err(|source| StartError::Listen { addr, source })
     };
+    let local = |listener: &TcpListener, addr| {
+        listener
+            .local_addr()
+            .map_err(|source| StartError::Listen { addr, source })
+    };
+    let (stopping, stop_signal) = tokio::sync::watch::channel(false);
+    let (groups, log_bytes, cluster_addr) = match ClusterView::from_config(&config) {
+        None => {
+            let engine = Engine::open(&config.data_dir, config.limits(), &config.raft.wal)?;
+            match engine
+                .propose(Command::CreateBucket {
+                    bucket: config.server.compat_bucket.clone(),
+                })
+                .await
+            {
+                Ok(_) | Err(EngineError::Refused(Refusal::BucketFenced(_))) => {}
+                Err(error) => return Err(error.into()),
+            }
+            let log_bytes = engine.log_bytes.clone();
+            (Groups::single(engine), log_bytes, None)
+        }
+        Some(view) => {
+            // Bound first, so that peers reach this node as soon as its groups start.
+            let listener = bind(config.server.cluster_listen).await?;
+            let cluster_addr = local(&listener, config.server.cluster_listen)?;
+            let (engines, log) = cluster::bootstrap::start_groups(&config, &view)
+                .await
+                .map_err(StartError::Cluster)?;
+            let rafts = Arc::new(engines.iter().filter_map(|e| e.raft().cloned()).collect());
+            tokio::spawn(cluster::service::serve(
+                listener,
+                rafts,
+                stop_signal.clone(),
+            ));
+            let groups = Groups::replicated(engines, view);
+            (groups, log.unpurged_bytes.clone(), Some(cluster_addr))
+        }
+    };
+    let groups = Arc::new(groups);
     let client = bind(config.server.listen).await?;
     let admin = bind(config.server.admin_listen).await?;
-    let client_addr = client.local_addr().map_err(|source| StartError::Listen {
-        addr: config.server.listen,
-        source,
-    })?;
-    let admin_addr = admin.local_addr().map_err(|source| StartError::Listen {
-        addr: config.server.admin_listen,
-        source,
-    })?;
+    let client_addr = local(&client, config.server.listen)?;
+    let admin_addr = local(&admin, config.server.admin_listen)?;
 
     let admin_state = Arc::new(admin::Admin {
-        engine: engine.clone(),
+        groups: groups.clone(),
         ready: Default::default(),
+        drain_wait: config.raft.election_timeout * 4,
     });
     tokio::spawn(admin::serve(admin, admin_state.clone()));
-    let admission = admission::Admission::new(&config, engine.log_bytes.clone());
-    let wal_dir = config.data_dir.join("wal");
+    let admission = admission::Admission::new(&config, log_bytes);
+    let wal_dir = if groups.cluster.is_some() {
+        config.data_dir.join("raft")
+    } else {
+        config.data_dir.join("wal")
+    };
     admission.sample_disk(&wal_dir, config.raft.wal.min_available_size);
     tokio::spawn(
         admission
             .clone()
             .watch_disk(wal_dir, config.raft.wal.clone()),
     );
-    let (stopping, stop_signal) = tokio::sync::watch::channel(false);
+    if groups.cluster.is_some() {
+        tokio::spawn(housekeeping::ensure_bucket(
+            groups.clone(),
+            config.server.compat_bucket.clone(),
+        ));
+    }
     let app = Arc::new(http::App {
-        engine: engine.clone(),
+        groups: groups.clone(),
         config: Arc::new(config),
         admission,
         stopping: stop_signal.clone(),
     });
     let grace = app.config.server.shutdown_grace;
     let client_server = tokio::spawn(http::serve(client, app, stop_signal));
-    tokio::spawn(sweep_expired(engine.clone()));
+    for engine in groups.all() {
+        tokio::spawn(housekeeping::sweep(engine.clone()));
+    }
     admin_state.ready.store(true, Ordering::Release);
     Ok(Node {
         client_addr,
         admin_addr,
-        engine,
+        cluster_addr,
+        groups,
         admin: admin_state,
         stopping,
         client_server,
         grace,
     })
-}
-
-/// Expiry is checked on every access; this sweep also frees expired streams nobody touches,
-/// and persists pending TTL resets from reads.
-async fn sweep_expired(engine: Arc<Engine>) {
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        if let Err(EngineError::Stopped) = engine
-            .propose(Command::ExpireDue { now_ms: now_ms() })
-            .await
-        {
-            return;
-        }
-    }
 }

@@ -2,7 +2,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
+
+mod dev_cluster;
 use ursula_node::config::{Config, parse_duration};
 
 /// Ursula node: durable append-only streams over HTTP (the Durable Streams Protocol).
@@ -30,18 +32,49 @@ struct Args {
     /// [config: server.long_poll_timeout; default 20s].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     long_poll_timeout: Option<std::time::Duration>,
+    #[command(subcommand)]
+    command: Option<Tool>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Tool {
+    /// Runs a local cluster on loopback: voters (client ports BASE, BASE+10, ...) and, when
+    /// `ursula-gateway` is next to this binary, a gateway on BASE-10. Prints the client URL.
+    DevCluster {
+        /// Number of voters (3 or 5 for a real quorum).
+        #[arg(long, default_value_t = 3)]
+        voters: u64,
+        /// Where the voters keep their data and config files.
+        #[arg(long, value_name = "DIR", default_value = "./ursula-dev-cluster")]
+        data_dir: PathBuf,
+        /// Client port of the first voter.
+        #[arg(long, value_name = "PORT", default_value_t = 4447)]
+        base_port: u16,
+    },
 }
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn")),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let args = Args::parse();
+    if let Some(Tool::DevCluster {
+        voters,
+        data_dir,
+        base_port,
+    }) = args.command
+    {
+        return dev_cluster::run(dev_cluster::DevCluster {
+            voters,
+            data_dir,
+            base_port,
+        });
+    }
     let mut config = match &args.config {
         Some(path) => match Config::from_file(path) {
             Ok(config) => config,

@@ -16,6 +16,14 @@ const MAX_EFFECTS: usize = 64 * 1024;
 /// keeps the applier's CPU small. Readers do not wait: unstored records stay in the tail cache.
 const MIN_COMMIT_INTERVAL: Duration = Duration::from_millis(50);
 
+/// The effects of the log up to `seq`, for redb.
+pub struct AppliedBatch {
+    pub seq: u64,
+    pub effects: Vec<Effect>,
+    /// On a replicated node: the Raft position of `seq`, stored with the effects.
+    pub raft: Option<Vec<u8>>,
+}
+
 pub struct Applier {
     pub store: Arc<Store>,
     pub registry: Arc<Registry>,
@@ -26,18 +34,20 @@ pub struct Applier {
 }
 
 impl Applier {
-    pub fn run(self, inbox: Receiver<(u64, Vec<Effect>)>) {
+    pub fn run(self, inbox: Receiver<AppliedBatch>) {
         lower_priority();
         let mut last_checkpoint = Instant::now();
         let mut last_commit = Instant::now();
         let mut stored = self.registry.stored_seq();
         // Reused across commits: growing a fresh vector each time costs more than redb does.
         let mut effects: Vec<Effect> = Vec::new();
+        let mut raft: Option<Vec<u8>> = None;
         loop {
             let mut seq = match inbox.recv_timeout(self.checkpoint_interval) {
-                Ok((seq, first)) => {
-                    effects.extend(first);
-                    seq
+                Ok(first) => {
+                    effects.extend(first.effects);
+                    raft = first.raft.or(raft);
+                    first.seq
                 }
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
                     self.checkpoint(stored, &mut last_checkpoint);
@@ -51,16 +61,19 @@ impl Applier {
             }
             while effects.len() < MAX_EFFECTS {
                 match inbox.try_recv() {
-                    Ok((next_seq, next)) => {
-                        seq = next_seq;
-                        effects.extend(next);
+                    Ok(next) => {
+                        seq = next.seq;
+                        effects.extend(next.effects);
+                        raft = next.raft.or(raft);
                     }
                     Err(_) => break,
                 }
             }
             last_commit = Instant::now();
             coalesce(&mut effects);
-            let committed = self.store.commit(&effects, seq, false);
+            let committed = self
+                .store
+                .commit(&effects, seq, false, raft.take().as_deref());
             effects.clear();
             if let Err(error) = committed {
                 // Memory is ahead of redb; only a restart (WAL replay) can reconcile them.
@@ -81,7 +94,7 @@ impl Applier {
         if stored <= self.checkpointed.load(Ordering::Acquire) {
             return;
         }
-        match self.store.commit(&[], stored, true) {
+        match self.store.commit(&[], stored, true, None) {
             Ok(()) => self.checkpointed.store(stored, Ordering::Release),
             Err(error) => tracing::error!(%error, "checkpoint failed; the WAL is kept"),
         }

@@ -17,6 +17,8 @@ pub struct Metrics {
     pub batches: AtomicU64,
     pub fsyncs: AtomicU64,
     pub commit_failures: AtomicU64,
+    /// Raft log entries made durable (a replicated node's own and its followers' writes).
+    pub log_entries: AtomicU64,
     fsync_seconds_sum_ns: AtomicU64,
     fsync_buckets: [AtomicU64; FSYNC_BUCKETS.len()],
 }
@@ -30,6 +32,18 @@ impl Metrics {
         for (bound, count) in FSYNC_BUCKETS.iter().zip(&self.fsync_buckets) {
             if secs <= *bound {
                 count.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Counts the appends among applied effects.
+    pub fn count(&self, effects: &[crate::machine::Effect]) {
+        self.commands.fetch_add(1, Ordering::Relaxed);
+        for effect in effects {
+            if let crate::machine::Effect::PutRecord { bytes, .. } = effect {
+                self.appends.fetch_add(1, Ordering::Relaxed);
+                self.appended_bytes
+                    .fetch_add(bytes.len() as u64, Ordering::Relaxed);
             }
         }
     }
@@ -52,6 +66,11 @@ impl Metrics {
                 "ursula_commit_batches_total",
                 "Group-commit batches.",
                 &self.batches,
+            ),
+            (
+                "ursula_raft_log_entries_total",
+                "Raft log entries made durable on this node.",
+                &self.log_entries,
             ),
             (
                 "ursula_commit_failures_total",

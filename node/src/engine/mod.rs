@@ -14,15 +14,17 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{mpsc, oneshot};
 
+pub use applier::AppliedBatch;
 pub use metrics::Metrics;
 pub use read::{ReadError, Slice};
 pub use registry::StreamHandle;
 
+use crate::cluster::types::{NodeId, Raft};
 use crate::machine::{BucketState, Command, Limits, Outcome, Refusal, StreamMeta, StreamPath};
 use crate::storage::wal::{Replay, Wal};
 use crate::storage::{StorageError, Store};
 use applier::Applier;
-use registry::Registry;
+pub use registry::Registry;
 use touch::TouchTracker;
 use writer::{Proposal, Writer};
 
@@ -41,6 +43,11 @@ pub enum EngineError {
     Storage(String),
     #[error("the node is shutting down")]
     Stopped,
+    /// This node does not lead the group; `leader` is the one it knows of, if any.
+    #[error("this node does not lead the stream's Raft group")]
+    NotLeader { leader: Option<NodeId> },
+    #[error("replication failed: {0}")]
+    Replication(String),
 }
 
 impl From<StorageError> for EngineError {
@@ -57,8 +64,36 @@ pub enum Lookup {
     Missing,
 }
 
+/// Who orders this engine's commands.
+enum Proposer {
+    /// The single node's own writer thread and WAL.
+    Local(mpsc::Sender<Proposal>),
+    /// The group's Raft instance, set once it has started.
+    Raft(std::sync::OnceLock<Raft>),
+}
+
+/// Where the leader of an engine's group is, as this node knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leadership {
+    Here,
+    Elsewhere(NodeId),
+    Unknown,
+}
+
+/// What a Raft group's state machine is made of, handed to it by `Engine::open_replica`.
+pub struct ReplicaParts {
+    pub machine: crate::machine::Machine,
+    pub store: Arc<Store>,
+    pub registry: Arc<Registry>,
+    pub applier: std::sync::mpsc::SyncSender<AppliedBatch>,
+    pub limits: Limits,
+    pub metrics: Arc<Metrics>,
+}
+
 pub struct Engine {
-    inbox: mpsc::Sender<Proposal>,
+    proposer: Proposer,
+    /// Set while the node drains: it takes no writes and lets its groups' leadership go.
+    draining: std::sync::atomic::AtomicBool,
     store: Arc<Store>,
     registry: Arc<Registry>,
     touches: Arc<TouchTracker>,
@@ -97,7 +132,7 @@ fn recover(
             records = last - applied,
             "replayed the WAL past the last checkpoint"
         );
-        store.commit(&effects, last, true)?;
+        store.commit(&effects, last, true, None)?;
     }
     Ok(machine)
 }
@@ -152,7 +187,8 @@ impl Engine {
             .spawn(move || writer.run(rx))
             .map_err(spawn_error)?;
         Ok(Arc::new(Self {
-            inbox,
+            proposer: Proposer::Local(inbox),
+            draining: Default::default(),
             store,
             registry,
             touches,
@@ -161,14 +197,120 @@ impl Engine {
         }))
     }
 
-    /// Applies a command; answers once its effects are durable and visible to readers.
+    /// The read side of one Raft group's replica: storage, the published state and the
+    /// applier. The group's state machine takes the parts; `set_raft` connects the proposer.
+    pub fn open_replica(
+        dir: &Path,
+        limits: Limits,
+        wal_config: &crate::config::WalConfig,
+        metrics: Arc<Metrics>,
+    ) -> Result<(Arc<Self>, ReplicaParts), EngineError> {
+        let store = Arc::new(Store::open(dir)?);
+        let (machine, applied) = store.load(limits)?;
+        let registry = Arc::new(Registry::new(TAIL_CACHE_BYTES, applied));
+        registry.reset(machine.buckets(), machine.streams().map(|s| &s.meta));
+        let (to_applier, applier_inbox) = std::sync::mpsc::sync_channel(APPLIER_BACKLOG);
+        let applier = Applier {
+            store: store.clone(),
+            registry: registry.clone(),
+            checkpointed: Arc::new(std::sync::atomic::AtomicU64::new(applied)),
+            checkpoint_interval: wal_config.checkpoint_interval,
+        };
+        std::thread::Builder::new()
+            .name("ursula-applier".into())
+            .spawn(move || applier.run(applier_inbox))
+            .map_err(|e| EngineError::Storage(format!("cannot start a thread: {e}")))?;
+        let engine = Arc::new(Self {
+            proposer: Proposer::Raft(std::sync::OnceLock::new()),
+            draining: Default::default(),
+            store: store.clone(),
+            registry: registry.clone(),
+            touches: Arc::new(TouchTracker::default()),
+            metrics: metrics.clone(),
+            log_bytes: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+        });
+        let parts = ReplicaParts {
+            machine,
+            store,
+            registry,
+            applier: to_applier,
+            limits,
+            metrics,
+        };
+        Ok((engine, parts))
+    }
+
+    /// Connects a replica to its started Raft instance.
+    pub fn set_raft(&self, raft: Raft) {
+        if let Proposer::Raft(slot) = &self.proposer {
+            let _ = slot.set(raft);
+        }
+    }
+
+    pub fn raft(&self) -> Option<&Raft> {
+        match &self.proposer {
+            Proposer::Raft(slot) => slot.get(),
+            Proposer::Local(_) => None,
+        }
+    }
+
+    /// Whether this node may propose to the group now.
+    pub fn leadership(&self) -> Leadership {
+        let Some(raft) = self.raft() else {
+            return match self.proposer {
+                Proposer::Local(_) => Leadership::Here,
+                Proposer::Raft(_) => Leadership::Unknown,
+            };
+        };
+        let metrics = raft.metrics();
+        let metrics = metrics.borrow();
+        match metrics.current_leader {
+            // A draining leader is on its way out; it proposes nothing more.
+            Some(leader) if leader == metrics.id && self.is_draining() => Leadership::Unknown,
+            Some(leader) if leader == metrics.id => Leadership::Here,
+            Some(leader) => Leadership::Elsewhere(leader),
+            None => Leadership::Unknown,
+        }
+    }
+
+    /// Applies a command; answers once its effects are durable (on a quorum, when replicated)
+    /// and visible to readers.
     pub async fn propose(&self, command: Command) -> Result<Outcome, EngineError> {
-        let (reply, answer) = oneshot::channel();
-        self.inbox
-            .send(Proposal { command, reply })
-            .await
-            .map_err(|_| EngineError::Stopped)?;
-        answer.await.map_err(|_| EngineError::Stopped)?
+        match &self.proposer {
+            Proposer::Local(inbox) => {
+                let (reply, answer) = oneshot::channel();
+                inbox
+                    .send(Proposal { command, reply })
+                    .await
+                    .map_err(|_| EngineError::Stopped)?;
+                answer.await.map_err(|_| EngineError::Stopped)?
+            }
+            Proposer::Raft(slot) => {
+                let raft = slot.get().ok_or(EngineError::NotLeader { leader: None })?;
+                crate::cluster::propose(raft, command).await
+            }
+        }
+    }
+
+    /// Stops leading: no more writes, heartbeats or campaigns here, so that the followers
+    /// elect a new leader once the election timeout passes. `false` undoes it.
+    pub fn set_draining(&self, draining: bool) {
+        self.draining
+            .store(draining, std::sync::atomic::Ordering::Release);
+        if let Some(raft) = self.raft() {
+            raft.runtime_config().heartbeat(!draining);
+            raft.runtime_config().elect(!draining);
+        }
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Pending TTL resets from reads, as a command for the group's leader to propose.
+    pub fn take_touches(&self) -> Option<Command> {
+        let touches = self.touches.drain();
+        (!touches.is_empty()).then_some(Command::Touch { touches })
     }
 
     pub fn bucket(&self, bucket: &str) -> Option<BucketState> {

@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::applier::AppliedBatch;
 use super::registry::Registry;
 use super::touch::TouchTracker;
 use super::{EngineError, Metrics};
@@ -31,7 +32,7 @@ pub struct Writer {
     pub registry: Arc<Registry>,
     pub touches: Arc<TouchTracker>,
     pub metrics: Arc<Metrics>,
-    pub applier: SyncSender<(u64, Vec<Effect>)>,
+    pub applier: SyncSender<AppliedBatch>,
     pub checkpointed: Arc<AtomicU64>,
     /// Log bytes past the last checkpoint, for write admission.
     pub log_bytes: Arc<AtomicU64>,
@@ -120,7 +121,12 @@ impl Writer {
             for (reply, result) in replies.into_iter().zip(results) {
                 let _ = reply.send(result.map_err(EngineError::Refused));
             }
-            if self.applier.send((seq, effects)).is_err() {
+            let batch = AppliedBatch {
+                seq,
+                effects,
+                raft: None,
+            };
+            if self.applier.send(batch).is_err() {
                 tracing::error!("the applier stopped; exiting to recover");
                 std::process::exit(70);
             }

@@ -17,6 +17,11 @@ pub struct ApiError {
     /// Raised while reading the request, before anything was proposed (as opposed to a
     /// refusal by the state machine or a storage failure).
     pub before_proposal: bool,
+    /// A `NotLeader` refusal: the leader this node knows of, if any. `http::handle` turns it
+    /// into a redirect.
+    pub leader: Option<u64>,
+    /// Overrides the token's status (a `NotLeader` redirect is 307).
+    pub status: Option<StatusCode>,
 }
 
 impl ApiError {
@@ -26,11 +31,30 @@ impl ApiError {
             message: message.into(),
             headers: Vec::new(),
             before_proposal: true,
+            leader: None,
+            status: None,
         }
     }
 
+    /// This node does not lead the group the request is for.
+    pub fn not_leader(leader: Option<u64>) -> Self {
+        let message = match leader {
+            Some(id) => format!("this node does not lead the stream's Raft group; node {id} does"),
+            None => "this node does not lead the stream's Raft group, and no leader is known yet (an election may be running)".into(),
+        };
+        Self {
+            leader,
+            ..Self::new(ErrorToken::NotLeader, message)
+        }
+    }
+
+    /// Sent before anything was proposed, but not one of the refusals the spec marks.
+    pub fn unmarked(self) -> Self {
+        self.after_proposal()
+    }
+
     /// An error the state machine or storage answered: a write may have been proposed.
-    fn after_proposal(mut self) -> Self {
+    pub fn after_proposal(mut self) -> Self {
         self.before_proposal = false;
         self
     }
@@ -60,8 +84,9 @@ impl ApiError {
     }
 
     pub fn into_response(self) -> Response<Body> {
-        let status =
-            StatusCode::from_u16(self.token.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let status = self.status.unwrap_or_else(|| {
+            StatusCode::from_u16(self.token.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+        });
         let body = ErrorBody::new(self.token, self.message).to_json();
         let mut response = Response::new(full(body));
         *response.status_mut() = status;
@@ -133,6 +158,11 @@ impl From<EngineError> for ApiError {
             }
             EngineError::Stopped => {
                 Self::new(ErrorToken::Unavailable, "the node is shutting down").after_proposal()
+            }
+            // Raft may have taken the write before it found it no longer leads.
+            EngineError::NotLeader { leader } => Self::not_leader(leader).after_proposal(),
+            EngineError::Replication(message) => {
+                Self::new(ErrorToken::Unavailable, message).after_proposal()
             }
         }
     }

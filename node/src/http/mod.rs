@@ -23,17 +23,50 @@ use ursula_wire::ErrorToken;
 
 use crate::admission::Admission;
 use crate::config::Config;
-use crate::engine::Engine;
+use crate::engine::{Engine, Leadership};
+use crate::groups::Groups;
 use error::ApiError;
 use response::{ALLOWED_HEADERS, ALLOWED_METHODS, Body, Reply, add_common_headers};
 use route::Target;
 
 pub struct App {
-    pub engine: Arc<Engine>,
+    pub groups: Arc<Groups>,
     pub config: Arc<Config>,
     pub admission: Arc<Admission>,
     /// Turns true when the node shuts down: live reads end.
     pub stopping: watch::Receiver<bool>,
+}
+
+impl App {
+    /// The engine of the group that holds `bucket`'s streams.
+    pub fn engine(&self, bucket: &str) -> &Arc<Engine> {
+        self.groups.for_bucket(bucket)
+    }
+
+    /// Refuses a request for a group this node does not lead.
+    fn require_leader(&self, bucket: &str) -> Result<(), ApiError> {
+        match self.engine(bucket).leadership() {
+            Leadership::Here => Ok(()),
+            Leadership::Elsewhere(id) => Err(ApiError::not_leader(Some(id))),
+            Leadership::Unknown => Err(ApiError::not_leader(None)),
+        }
+    }
+
+    /// A `NotLeader` refusal that names a leader becomes a redirect to it: 307 to its client
+    /// URL with the same path and query, naming it in `x-ursula-leader-id`.
+    fn redirect(&self, mut error: ApiError, uri: &http::Uri) -> ApiError {
+        let (Some(leader), Some(cluster)) = (error.leader, &self.groups.cluster) else {
+            return error;
+        };
+        let Some(base) = cluster.client_url(leader) else {
+            return error;
+        };
+        let path = uri.path_and_query().map_or("/", |p| p.as_str());
+        error.status = Some(StatusCode::TEMPORARY_REDIRECT);
+        error
+            .with_header("location", format!("{}{path}", base.trim_end_matches('/')))
+            .with_header(ursula_wire::headers::LEADER_ID, leader.to_string())
+    }
 }
 
 /// Accepts connections until `stopping` turns true; each connection speaks HTTP/1.1 or
@@ -88,9 +121,14 @@ pub async fn handle(
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
     let cors = request.headers().contains_key(http::header::ORIGIN);
-    let mut response = dispatch(&app, request)
-        .await
-        .unwrap_or_else(ApiError::into_response);
+    let uri = request.uri().clone();
+    let mut response = dispatch(&app, request).await.unwrap_or_else(|error| {
+        if error.token == ErrorToken::NotLeader {
+            app.redirect(error, &uri).into_response()
+        } else {
+            error.into_response()
+        }
+    });
     add_common_headers(response.headers_mut(), cors);
     Ok(response)
 }
@@ -117,6 +155,9 @@ async fn dispatch(app: &App, request: Request<Incoming>) -> Result<Response<Body
     if is_write {
         return write(app, request, target).await;
     }
+    // Reads go to the group's leader, which has applied every acknowledged write.
+    app.require_leader(target.bucket())
+        .map_err(ApiError::unmarked)?;
     match (target, method) {
         (Target::Stream(path), Method::GET) => handlers::read::handle(app, request, path).await,
         (Target::Stream(path), Method::HEAD) => handlers::meta::head(app, &path),
@@ -149,6 +190,17 @@ async fn write(
         |len| len > 0,
     );
     let mut permit = app.admission.admit(has_body, declared, limit)?;
+    // Leadership is checked before anything is proposed. Appends, closes and creates are the
+    // refusals the spec marks; a delete goes to Raft unchecked, so its redirect is unmarked.
+    match (&target, request.method()) {
+        (Target::Stream(path), &Method::POST | &Method::PUT) => app
+            .require_leader(&path.bucket)
+            .map_err(ApiError::marked_if_unproposed)?,
+        (Target::Stream(_), &Method::DELETE) => {}
+        (target, _) => app
+            .require_leader(target.bucket())
+            .map_err(ApiError::unmarked)?,
+    }
     let (parts, body) = request.into_parts();
     let body = request::body(&parts.headers, body, limit, &mut permit)
         .await

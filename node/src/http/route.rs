@@ -22,6 +22,19 @@ pub enum Target {
     Retention(StreamPath, String),
 }
 
+impl Target {
+    /// The bucket the target is in, which decides its Raft group.
+    pub fn bucket(&self) -> &str {
+        match self {
+            Self::Bucket(bucket) => bucket,
+            Self::Stream(path)
+            | Self::Bootstrap(path)
+            | Self::Snapshot(path, _)
+            | Self::Retention(path, _) => &path.bucket,
+        }
+    }
+}
+
 pub fn parse(path: &str, compat_bucket: &str) -> Result<Target, ApiError> {
     if let Some(name) = path.strip_prefix(COMPAT_PREFIX) {
         let name = decode_name(name)?;

@@ -38,7 +38,7 @@ pub fn respond(
     let base64 = !is_text(&meta.content_type);
     let (tx, rx) = mpsc::channel::<Bytes>(16);
     let session = Session {
-        engine: app.engine.clone(),
+        engine: app.engine(&meta.path.bucket).clone(),
         handle,
         base64,
         chunk_size: app.config.server.read_chunk_size,

@@ -5,7 +5,10 @@
 //! holds the consecutive records of one stream written by one transaction.
 
 mod codec;
+mod dump;
 pub mod wal;
+
+pub use dump::GroupDump;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -21,6 +24,9 @@ const STREAMS: TableDefinition<u64, &[u8]> = TableDefinition::new("streams");
 const PRODUCERS: TableDefinition<(u64, &str), &[u8]> = TableDefinition::new("producers");
 const RECORDS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("records");
 const SNAPSHOTS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("snapshots");
+/// On a replicated node: the Raft log position and membership the state includes.
+const RAFT: TableDefinition<&str, &[u8]> = TableDefinition::new("raft");
+const RAFT_APPLIED: &str = "applied";
 
 const NEXT_STREAM_ID: &str = "next_stream_id";
 /// The last WAL record whose effects this file holds.
@@ -74,6 +80,7 @@ impl Store {
         txn.open_table(PRODUCERS)?;
         txn.open_table(RECORDS)?;
         txn.open_table(SNAPSHOTS)?;
+        txn.open_table(RAFT)?;
         txn.commit()?;
         Ok(Self { db })
     }
@@ -117,11 +124,13 @@ impl Store {
     /// Writes the effects of WAL records up to `applied_seq` in one transaction. The WAL makes
     /// them durable; a `durable` commit (a checkpoint) also fsyncs this file, after which the
     /// WAL up to `applied_seq` is no longer needed.
+    /// On a replicated node `raft` is the Raft position of `applied_seq`, stored with it.
     pub fn commit(
         &self,
         effects: &[Effect],
         applied_seq: u64,
         durable: bool,
+        raft: Option<&[u8]>,
     ) -> Result<(), StorageError> {
         let mut txn = self.db.begin_write()?;
         if !durable {
@@ -135,6 +144,9 @@ impl Store {
             let mut records = txn.open_table(RECORDS)?;
             let mut snapshots = txn.open_table(SNAPSHOTS)?;
             meta.insert(APPLIED_SEQ, applied_seq)?;
+            if let Some(raft) = raft {
+                txn.open_table(RAFT)?.insert(RAFT_APPLIED, raft)?;
+            }
             // Consecutive records of a stream in one transaction are stored as one chunk row.
             let mut pending: HashMap<u64, codec::ChunkBuilder> = HashMap::new();
             for effect in effects {
@@ -252,6 +264,13 @@ impl Store {
             }
         }
         Ok(out)
+    }
+
+    /// The Raft position the stored state includes, as `commit` was given it.
+    pub fn raft_state(&self) -> Result<Option<Vec<u8>>, StorageError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(RAFT)?;
+        Ok(table.get(RAFT_APPLIED)?.map(|value| value.value().to_vec()))
     }
 
     pub fn snapshot(&self, stream_id: u64, offset: u64) -> Result<Option<Bytes>, StorageError> {

@@ -27,10 +27,11 @@ fn records_read_back_across_chunks_and_deletes() {
             &[record(1, 0, "ab"), record(1, 2, "cde"), record(2, 0, "zz")],
             1,
             false,
+            None,
         )
         .unwrap();
     store
-        .commit(&[record(1, 5, "f"), record(1, 6, "gh")], 2, true)
+        .commit(&[record(1, 5, "f"), record(1, 6, "gh")], 2, true, None)
         .unwrap();
     let all = store.read_records(1, 0, u64::MAX, usize::MAX).unwrap();
     assert_eq!(
@@ -60,6 +61,7 @@ fn records_read_back_across_chunks_and_deletes() {
             }],
             3,
             false,
+            None,
         )
         .unwrap();
     // The chunk holding offsets 0..5 is gone; the one straddling 6 stays whole.
@@ -75,6 +77,7 @@ fn records_read_back_across_chunks_and_deletes() {
             }],
             4,
             true,
+            None,
         )
         .unwrap();
     assert!(

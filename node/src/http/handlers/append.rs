@@ -57,6 +57,7 @@ pub async fn handle(
         }
     };
     let wrote_data = payload.is_some();
+    let engine = app.engine(&path.bucket).clone();
     let command = Command::Append(AppendStream {
         path,
         content_type: requested_type,
@@ -66,7 +67,7 @@ pub async fn handle(
         producer,
         now_ms: now_ms(),
     });
-    let Outcome::Appended(outcome) = app.engine.propose(command).await? else {
+    let Outcome::Appended(outcome) = engine.propose(command).await? else {
         return Err(ApiError::new(
             ErrorToken::Internal,
             "unexpected outcome of an append",

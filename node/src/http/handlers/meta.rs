@@ -36,7 +36,8 @@ pub fn head(app: &App, path: &StreamPath) -> Result<Response<Body>, ApiError> {
 }
 
 pub async fn delete(app: &App, path: StreamPath) -> Result<Response<Body>, ApiError> {
-    app.engine
+    app.engine(&path.bucket)
+        .clone()
         .propose(Command::Delete {
             path,
             now_ms: now_ms(),

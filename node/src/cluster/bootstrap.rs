@@ -1,0 +1,110 @@
+//! Starting this node's replicas of every group: storage, state machines, Raft instances.
+
+use std::sync::Arc;
+
+use super::log_store::{LogDb, LogStore};
+use super::network::{GroupNetwork, http2_client};
+use super::state_machine::GroupStateMachine;
+use super::types::Raft;
+use super::{ClusterView, cluster_urls, membership};
+use crate::config::Config;
+use crate::engine::{Engine, Metrics};
+
+fn raft_config(config: &Config) -> Result<Arc<openraft::Config>, String> {
+    let heartbeat = config.raft.heartbeat_interval.as_millis() as u64;
+    let election = config.raft.election_timeout.as_millis() as u64;
+    let raft = openraft::Config {
+        cluster_name: "ursula".into(),
+        heartbeat_interval: heartbeat.max(1),
+        election_timeout_min: election,
+        election_timeout_max: election * 2,
+        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.raft.snapshot_entries),
+        max_in_snapshot_log_to_keep: config.raft.entries_kept_after_snapshot,
+        install_snapshot_timeout: 10_000,
+        max_payload_entries: 1024,
+        ..Default::default()
+    };
+    raft.validate()
+        .map(Arc::new)
+        .map_err(|e| format!("invalid Raft settings: {e}"))
+}
+
+/// Opens and starts every group. A group whose log is empty joins the static membership of
+/// `raft.peers`; every voter does the same, so they all hold the same first entry.
+pub async fn start_groups(
+    config: &Config,
+    view: &Arc<ClusterView>,
+) -> Result<(Vec<Arc<Engine>>, Arc<LogDb>), String> {
+    let metrics = Arc::new(Metrics::default());
+    let log = LogDb::open(&config.data_dir.join("raft"), metrics.clone())?;
+    let settings = raft_config(config)?;
+    let client = http2_client();
+    let urls = Arc::new(cluster_urls(view));
+    let mut engines = Vec::with_capacity(config.raft.group_count);
+    for group in 0..config.raft.group_count {
+        let dir = config.data_dir.join("groups").join(group.to_string());
+        let (engine, parts) =
+            Engine::open_replica(&dir, config.limits(), &config.raft.wal, metrics.clone())
+                .map_err(|e| format!("group {group}: {e}"))?;
+        let group = group as u32;
+        let state_machine = GroupStateMachine::new(group, parts)?;
+        let log_store = log.group(group)?;
+        let watched = log_store.clone();
+        let network = GroupNetwork {
+            group,
+            client: client.clone(),
+            urls: urls.clone(),
+        };
+        let raft = Raft::new(
+            view.node_id,
+            settings.clone(),
+            network,
+            log_store,
+            state_machine,
+        )
+        .await
+        .map_err(|e| format!("group {group}: cannot start Raft: {e}"))?;
+        let initialized = raft
+            .is_initialized()
+            .await
+            .map_err(|e| format!("group {group}: {e}"))?;
+        if !initialized {
+            match raft.initialize(membership(view)).await {
+                Ok(()) => {}
+                // Another voter's first entry got here first: the same membership.
+                Err(openraft::error::RaftError::APIError(
+                    openraft::error::InitializeError::NotAllowed(_),
+                )) => {}
+                Err(error) => return Err(format!("group {group}: cannot initialize: {error}")),
+            }
+        }
+        let budget = config.raft.snapshot_log_budget / config.raft.group_count as u64;
+        tokio::spawn(snapshot_on_log_bytes(raft.clone(), watched, budget.max(1)));
+        engine.set_raft(raft);
+        engines.push(engine);
+    }
+    Ok((engines, log))
+}
+
+/// Entry counts alone do not bound the log's bytes: a group also snapshots (and so purges its
+/// log) once its share of `raft.snapshot_log_budget` is used.
+async fn snapshot_on_log_bytes(raft: Raft, log: LogStore, budget: u64) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(250));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_snapshot_index = None;
+    loop {
+        tick.tick().await;
+        if log.unpurged_bytes() < budget {
+            continue;
+        }
+        let applied = raft.metrics().borrow().last_applied;
+        // One request per applied position; a snapshot in progress covers the rest.
+        if applied == last_snapshot_index {
+            continue;
+        }
+        last_snapshot_index = applied;
+        if raft.trigger().snapshot().await.is_err() {
+            return;
+        }
+    }
+}

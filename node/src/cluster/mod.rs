@@ -1,0 +1,95 @@
+//! Replication: every voter hosts a replica of every Raft group, and each group is its own
+//! openraft instance with its own leader.
+//!
+//! - `types`: the openraft type configuration (a log entry is one state machine `Command`).
+//! - `log_store`: the Raft logs and votes of all groups in one redb file, written by one thread
+//!   so that one fsync covers the entries of many groups (group commit across groups).
+//! - `state_machine`: a group's `Machine`, its published read model and its redb state.
+//! - `network` / `service`: Raft RPCs over HTTP/2 on the cluster listener, many groups
+//!   multiplexed on one connection per peer.
+//! - `placement`: which group a bucket's streams live in.
+
+pub mod bootstrap;
+pub mod log_store;
+pub mod network;
+pub mod placement;
+pub mod service;
+pub mod state_machine;
+pub mod types;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use crate::config::{Config, Peer};
+use types::{NodeId, Raft};
+
+/// What a node knows of the cluster it belongs to.
+pub struct ClusterView {
+    pub node_id: NodeId,
+    /// Every voter by ID, including this node.
+    pub peers: BTreeMap<NodeId, Peer>,
+}
+
+impl ClusterView {
+    pub fn from_config(config: &Config) -> Option<Arc<Self>> {
+        if !config.is_replicated() {
+            return None;
+        }
+        let peers = config
+            .raft
+            .peers
+            .iter()
+            .map(|peer| (peer.id, peer.clone()))
+            .collect();
+        Some(Arc::new(Self {
+            node_id: config.node_id,
+            peers,
+        }))
+    }
+
+    pub fn client_url(&self, id: NodeId) -> Option<&str> {
+        self.peers.get(&id).map(|peer| peer.client_url.as_str())
+    }
+}
+
+/// Node IDs to `BasicNode`s for openraft's membership: the static voter set.
+pub fn membership(view: &ClusterView) -> BTreeMap<NodeId, openraft::BasicNode> {
+    view.peers
+        .values()
+        .map(|peer| (peer.id, openraft::BasicNode::new(&peer.cluster_url)))
+        .collect()
+}
+
+/// Cluster URLs by node ID, for the transport.
+pub fn cluster_urls(view: &ClusterView) -> HashMap<NodeId, String> {
+    view.peers
+        .values()
+        .map(|peer| (peer.id, peer.cluster_url.trim_end_matches('/').to_owned()))
+        .collect()
+}
+
+/// Proposes a command to a group this node leads, and waits until it is committed on a quorum
+/// and applied here.
+pub async fn propose(
+    raft: &Raft,
+    command: crate::machine::Command,
+) -> Result<crate::machine::Outcome, crate::engine::EngineError> {
+    use crate::engine::EngineError;
+    use openraft::error::{ClientWriteError, RaftError};
+    match raft.client_write(command).await {
+        Ok(written) => match written.data.0 {
+            Some(result) => result.map_err(EngineError::Refused),
+            None => Err(EngineError::Replication(
+                "the state machine gave no answer".into(),
+            )),
+        },
+        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
+            Err(EngineError::NotLeader {
+                leader: forward.leader_id,
+            })
+        }
+        Err(RaftError::APIError(error)) => Err(EngineError::Replication(error.to_string())),
+        Err(RaftError::Fatal(openraft::error::Fatal::Stopped)) => Err(EngineError::Stopped),
+        Err(RaftError::Fatal(error)) => Err(EngineError::Replication(error.to_string())),
+    }
+}

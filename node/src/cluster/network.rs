@@ -1,0 +1,159 @@
+//! Raft RPCs to peers: HTTP/2 without TLS (prior knowledge) to each peer's cluster listener.
+//! One connection per peer carries the RPCs of every group; the body is the postcard-encoded
+//! request, and the answer is the postcard-encoded `Result` of the peer's Raft call.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use openraft::BasicNode;
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::types::{NodeId, TypeConfig};
+
+/// How long a connection attempt to a peer may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+pub fn http2_client() -> HttpClient {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
+    Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .timer(TokioTimer::new())
+        .http2_keep_alive_interval(Some(Duration::from_secs(5)))
+        .build(connector)
+}
+
+/// Makes connections for one group; all groups share the HTTP/2 client and its connections.
+#[derive(Clone)]
+pub struct GroupNetwork {
+    pub group: u32,
+    pub client: HttpClient,
+    pub urls: Arc<HashMap<NodeId, String>>,
+}
+
+impl RaftNetworkFactory<TypeConfig> for GroupNetwork {
+    type Network = PeerConnection;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Self::Network {
+        let base = self
+            .urls
+            .get(&target)
+            .cloned()
+            .unwrap_or_else(|| node.addr.trim_end_matches('/').to_owned());
+        PeerConnection {
+            target,
+            base: format!("{base}/raft/{}", self.group),
+            client: self.client.clone(),
+        }
+    }
+}
+
+pub struct PeerConnection {
+    target: NodeId,
+    base: String,
+    client: HttpClient,
+}
+
+type RpcResult<T, E> = Result<T, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>;
+
+impl PeerConnection {
+    async fn call<Req, Resp, E>(
+        &self,
+        kind: &str,
+        rpc: &Req,
+        timeout: Duration,
+    ) -> RpcResult<Resp, E>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let body = postcard::to_allocvec(rpc).map_err(|e| network_error(e.to_string()))?;
+        let request = http::Request::post(format!("{}/{kind}", self.base))
+            .header(http::header::CONTENT_TYPE, "application/octet-stream")
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| network_error(e.to_string()))?;
+        let exchange = async {
+            let response = self.client.request(request).await.map_err(|e| {
+                if e.is_connect() {
+                    RPCError::Unreachable(Unreachable::new(&std::io::Error::other(e.to_string())))
+                } else {
+                    network_error(e.to_string())
+                }
+            })?;
+            let status = response.status();
+            let bytes = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| network_error(e.to_string()))?
+                .to_bytes();
+            if !status.is_success() {
+                return Err(network_error(format!(
+                    "peer answered {status}: {}",
+                    String::from_utf8_lossy(&bytes)
+                )));
+            }
+            let answer: Result<Resp, RaftError<NodeId, E>> =
+                postcard::from_bytes(&bytes).map_err(|e| network_error(e.to_string()))?;
+            answer.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+        };
+        match tokio::time::timeout(timeout, exchange).await {
+            Ok(result) => result,
+            Err(_) => Err(network_error(format!(
+                "{kind} to node {} timed out after {timeout:?}",
+                self.target
+            ))),
+        }
+    }
+}
+
+fn network_error<E: std::error::Error>(
+    message: String,
+) -> RPCError<NodeId, BasicNode, RaftError<NodeId, E>> {
+    RPCError::Network(NetworkError::new(&std::io::Error::other(message)))
+}
+
+impl RaftNetwork<TypeConfig> for PeerConnection {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<AppendEntriesResponse<NodeId>, openraft::error::Infallible> {
+        self.call("append", &rpc, option.hard_ttl()).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
+        self.call("snapshot", &rpc, option.hard_ttl()).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> RpcResult<VoteResponse<NodeId>, openraft::error::Infallible> {
+        self.call("vote", &rpc, option.hard_ttl()).await
+    }
+}

@@ -1,0 +1,141 @@
+//! `ursula-node dev-cluster`: a local cluster in one command. It starts the voters as child
+//! processes of this binary on loopback (and a gateway in front of them when the
+//! `ursula-gateway` binary sits next to this one), prints the client URL, and stops them all on
+//! Ctrl-C or SIGTERM.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode};
+
+pub struct DevCluster {
+    pub voters: u64,
+    pub data_dir: PathBuf,
+    pub base_port: u16,
+}
+
+fn port(base: u16, voter: u64, offset: u16) -> u16 {
+    base + 10 * (voter as u16 - 1) + offset
+}
+
+fn voter_config(cluster: &DevCluster, id: u64) -> String {
+    let base = cluster.base_port;
+    let mut text = format!(
+        "node_id = {id}\ndata_dir = {:?}\n\n[server]\nlisten = \"127.0.0.1:{}\"\nadmin_listen = \"127.0.0.1:{}\"\ncluster_listen = \"127.0.0.1:{}\"\n\n[raft]\ngroup_count = 16\n",
+        cluster.data_dir.join(format!("node-{id}")),
+        port(base, id, 0),
+        port(base, id, 1),
+        port(base, id, 2),
+    );
+    for peer in 1..=cluster.voters {
+        text.push_str(&format!(
+            "\n[[raft.peers]]\nid = {peer}\ncluster_url = \"http://127.0.0.1:{}\"\nclient_url = \"http://127.0.0.1:{}\"\n",
+            port(base, peer, 2),
+            port(base, peer, 0),
+        ));
+    }
+    text
+}
+
+fn spawn(program: &Path, args: &[String]) -> std::io::Result<Child> {
+    Command::new(program).args(args).spawn()
+}
+
+pub fn run(cluster: DevCluster) -> ExitCode {
+    if !(1..=9).contains(&cluster.voters) {
+        eprintln!(
+            "ursula-node dev-cluster: --voters must be between 1 and 9 (3 or 5 for a real quorum)"
+        );
+        return ExitCode::from(2);
+    }
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(error) => {
+            eprintln!("ursula-node dev-cluster: cannot find this binary: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Err(error) = std::fs::create_dir_all(&cluster.data_dir) {
+        eprintln!(
+            "ursula-node dev-cluster: cannot create {:?}: {error}",
+            cluster.data_dir
+        );
+        return ExitCode::FAILURE;
+    }
+    let mut children = Vec::new();
+    for id in 1..=cluster.voters {
+        let config = cluster.data_dir.join(format!("node-{id}.toml"));
+        if let Err(error) = std::fs::write(&config, voter_config(&cluster, id)) {
+            eprintln!("ursula-node dev-cluster: cannot write {config:?}: {error}");
+            return ExitCode::FAILURE;
+        }
+        match spawn(&exe, &["--config".into(), config.display().to_string()]) {
+            Ok(child) => children.push(child),
+            Err(error) => {
+                eprintln!("ursula-node dev-cluster: cannot start voter {id}: {error}");
+                stop(&mut children);
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let voters: Vec<String> = (1..=cluster.voters)
+        .map(|id| format!("http://127.0.0.1:{}", port(cluster.base_port, id, 0)))
+        .collect();
+    let gateway = exe.with_file_name("ursula-gateway");
+    let mut url = voters[0].clone();
+    if gateway.exists() {
+        let listen = format!("127.0.0.1:{}", cluster.base_port - 10);
+        let admin = format!("127.0.0.1:{}", cluster.base_port - 9);
+        let mut args = vec![
+            "--listen".to_owned(),
+            listen.clone(),
+            "--admin-listen".to_owned(),
+            admin,
+        ];
+        for voter in &voters {
+            args.push("--upstream".into());
+            args.push(voter.clone());
+        }
+        match spawn(&gateway, &args) {
+            Ok(child) => {
+                children.push(child);
+                url = format!("http://{listen}");
+            }
+            Err(error) => eprintln!("ursula-node dev-cluster: no gateway ({error})"),
+        }
+    }
+    println!(
+        "ursula dev cluster: {} voters ({})",
+        cluster.voters,
+        voters.join(", ")
+    );
+    println!("client URL: {url}");
+    let _ = wait_for_signal();
+    stop(&mut children);
+    ExitCode::SUCCESS
+}
+
+fn wait_for_signal() -> std::io::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate())?;
+        tokio::select! {
+            _ = term.recv() => Ok(()),
+            result = tokio::signal::ctrl_c() => result,
+        }
+    })
+}
+
+/// SIGTERM to every child (voters drain and stop), then waits for them.
+fn stop(children: &mut [Child]) {
+    for child in children.iter() {
+        // SAFETY: sending a signal to a child process this process started.
+        unsafe {
+            libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+        }
+    }
+    for child in children.iter_mut() {
+        let _ = child.wait();
+    }
+}

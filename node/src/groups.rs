@@ -1,0 +1,98 @@
+//! The engines of the Raft groups this node hosts, and which one serves a bucket. A single
+//! node has one engine and no cluster.
+
+use std::sync::Arc;
+
+use crate::cluster::ClusterView;
+use crate::cluster::placement::group_of;
+use crate::engine::Engine;
+
+/// A replica this many entries behind its log is not ready.
+const READY_APPLY_LAG: u64 = 1024;
+
+pub struct Groups {
+    engines: Vec<Arc<Engine>>,
+    pub cluster: Option<Arc<ClusterView>>,
+}
+
+impl Groups {
+    pub fn single(engine: Arc<Engine>) -> Self {
+        Self {
+            engines: vec![engine],
+            cluster: None,
+        }
+    }
+
+    pub fn replicated(engines: Vec<Arc<Engine>>, cluster: Arc<ClusterView>) -> Self {
+        Self {
+            engines,
+            cluster: Some(cluster),
+        }
+    }
+
+    /// The engine of the group that holds `bucket`'s streams.
+    pub fn for_bucket(&self, bucket: &str) -> &Arc<Engine> {
+        &self.engines[group_of(bucket, self.engines.len())]
+    }
+
+    pub fn all(&self) -> &[Arc<Engine>] {
+        &self.engines
+    }
+
+    /// Groups whose leader is this node.
+    pub fn led_here(&self) -> usize {
+        self.engines
+            .iter()
+            .filter_map(|engine| engine.raft())
+            .filter(|raft| {
+                let metrics = raft.metrics();
+                let metrics = metrics.borrow();
+                metrics.current_leader == Some(metrics.id)
+            })
+            .count()
+    }
+
+    /// Hands every group's leadership away (see `Engine::set_draining`) and waits, up to
+    /// `wait`, until this node leads none. Returns how many it still leads.
+    pub async fn drain(&self, wait: std::time::Duration) -> usize {
+        for engine in &self.engines {
+            engine.set_draining(true);
+        }
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let led = self.led_here();
+            if led == 0 || tokio::time::Instant::now() >= deadline {
+                return led;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
+    pub fn undrain(&self) {
+        for engine in &self.engines {
+            engine.set_draining(false);
+        }
+    }
+
+    /// Ready: every group knows a leader and has applied what it received (a single node
+    /// always is).
+    pub fn caught_up(&self) -> Result<(), String> {
+        for (group, engine) in self.engines.iter().enumerate() {
+            let Some(raft) = engine.raft() else { continue };
+            let metrics = raft.metrics();
+            let metrics = metrics.borrow();
+            if metrics.current_leader.is_none() {
+                return Err(format!("group {group} knows no leader"));
+            }
+            let last = metrics.last_log_index.unwrap_or(0);
+            let applied = metrics.last_applied.map_or(0, |id| id.index);
+            if last.saturating_sub(applied) > READY_APPLY_LAG {
+                return Err(format!(
+                    "group {group} has {} entries to apply",
+                    last - applied
+                ));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,62 @@
+//! `/metrics`: the node's counters and, on a replicated node, each group's Raft state.
+
+use std::fmt::Write;
+
+use crate::groups::Groups;
+
+pub fn render(groups: &Groups, out: &mut String) {
+    // All groups of a node share one metrics object.
+    if let Some(engine) = groups.all().first() {
+        engine.metrics.render(out);
+    }
+    if groups.cluster.is_none() {
+        return;
+    }
+    let gauges = [
+        (
+            "ursula_group_is_leader",
+            "1 when this node leads the group.",
+        ),
+        (
+            "ursula_group_leader_id",
+            "The node ID of the group's leader; 0 when unknown.",
+        ),
+        ("ursula_group_term", "The group's current Raft term."),
+        (
+            "ursula_group_last_log_index",
+            "The group's last log index on this node.",
+        ),
+        (
+            "ursula_group_applied_index",
+            "The group's last applied (committed) log index.",
+        ),
+        (
+            "ursula_group_apply_lag",
+            "Log entries received but not yet applied.",
+        ),
+    ];
+    let rows: Vec<[u64; 6]> = groups
+        .all()
+        .iter()
+        .filter_map(|engine| engine.raft())
+        .map(|raft| {
+            let m = raft.metrics().borrow().clone();
+            let last_log = m.last_log_index.unwrap_or(0);
+            let applied = m.last_applied.map_or(0, |id| id.index);
+            [
+                u64::from(m.current_leader == Some(m.id)),
+                m.current_leader.unwrap_or(0),
+                m.current_term,
+                last_log,
+                applied,
+                last_log.saturating_sub(applied),
+            ]
+        })
+        .collect();
+    for (column, (name, help)) in gauges.iter().enumerate() {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for (group, row) in rows.iter().enumerate() {
+            let _ = writeln!(out, "{name}{{group=\"{group}\"}} {}", row[column]);
+        }
+    }
+}
