@@ -92,6 +92,7 @@ async fn route(admin: &Admin, request: &Request<Incoming>) -> Result<Response<Bo
                 .build())
         }
         (&Method::POST, ["admin", "buckets", bucket, "purge"]) => purge(admin, bucket).await,
+        (&Method::GET, ["admin", "replica", bucket, stream]) => replica(admin, bucket, stream),
         (
             _,
             ["healthz" | "readyz" | "metrics"]
@@ -106,6 +107,49 @@ async fn route(admin: &Admin, request: &Request<Incoming>) -> Result<Response<Bo
             format!("no admin route {path:?}"),
         )),
     }
+}
+
+/// This node's own copy of a stream, whether or not it leads the stream's group: its applied
+/// position, tail and a SHA-256 of its bytes. Comparing the answers of every voter checks that
+/// the replicas agree (the client API always answers from the leader).
+fn replica(admin: &Admin, bucket: &str, stream: &str) -> Result<Response<Body>, ApiError> {
+    use sha2::Digest;
+    let engine = admin.groups.for_bucket(bucket);
+    let path = crate::machine::StreamPath::new(bucket, stream);
+    let (handle, meta) = match engine.lookup(&path, crate::engine::now_ms()) {
+        crate::engine::Lookup::Live(handle, meta) => (handle, meta),
+        _ => {
+            return Err(ApiError::new(
+                ErrorToken::StreamNotFound,
+                format!("this replica has no live stream {path}"),
+            ));
+        }
+    };
+    let mut digest = sha2::Sha256::new();
+    let mut at = engine.first_offset(&meta);
+    let mut bytes = 0u64;
+    while at < meta.tail {
+        let slices = engine.read(&handle, &meta, at, 4 * 1024 * 1024)?;
+        let Some(last) = slices.last() else { break };
+        at = last.start + last.bytes.len() as u64;
+        for slice in &slices {
+            digest.update(&slice.bytes);
+            bytes += slice.bytes.len() as u64;
+        }
+    }
+    let applied = engine
+        .raft()
+        .and_then(|raft| raft.metrics().borrow().last_applied)
+        .map_or(0, |id| id.index);
+    let body = serde_json::json!({
+        "bucket": bucket,
+        "stream": stream,
+        "tail": crate::offset::format(meta.tail),
+        "bytes": bytes,
+        "sha256": format!("{:x}", digest.finalize()),
+        "applied_index": applied,
+    });
+    Ok(json(StatusCode::OK, body.to_string()))
 }
 
 /// Deletes every stream of the bucket and fences the bucket ID for good. Purging a bucket that

@@ -69,14 +69,16 @@ pub async fn start_groups(
             .await
             .map_err(|e| format!("group {group}: {e}"))?;
         if !initialized {
-            match raft.initialize(membership(view)).await {
-                Ok(()) => {}
-                // Another voter's first entry got here first: the same membership.
-                Err(openraft::error::RaftError::APIError(
-                    openraft::error::InitializeError::NotAllowed(_),
-                )) => {}
-                Err(error) => return Err(format!("group {group}: cannot initialize: {error}")),
-            }
+            // Each group's first leader is its preferred voter, so that leadership starts out
+            // spread over the voters. The others initialize too, later, in case it is down.
+            let voters: Vec<_> = view.peers.keys().copied().collect();
+            let preferred = voters[group as usize % voters.len()];
+            let delay = if preferred == view.node_id {
+                std::time::Duration::ZERO
+            } else {
+                config.raft.election_timeout * 3
+            };
+            tokio::spawn(initialize(raft.clone(), membership(view), delay, group));
         }
         let budget = config.raft.snapshot_log_budget / config.raft.group_count as u64;
         tokio::spawn(snapshot_on_log_bytes(raft.clone(), watched, budget.max(1)));
@@ -106,5 +108,26 @@ async fn snapshot_on_log_bytes(raft: Raft, log: LogStore, budget: u64) {
         if raft.trigger().snapshot().await.is_err() {
             return;
         }
+    }
+}
+
+/// Joins a group with an empty log to the static membership, after `delay`, unless it has
+/// learned it from a leader meanwhile. Every voter holds the same first entry either way.
+async fn initialize(
+    raft: Raft,
+    members: std::collections::BTreeMap<super::types::NodeId, openraft::BasicNode>,
+    delay: std::time::Duration,
+    group: u32,
+) {
+    tokio::time::sleep(delay).await;
+    if raft.is_initialized().await.unwrap_or(true) {
+        return;
+    }
+    match raft.initialize(members).await {
+        Ok(())
+        | Err(openraft::error::RaftError::APIError(
+            openraft::error::InitializeError::NotAllowed(_),
+        )) => {}
+        Err(error) => tracing::error!(group, %error, "cannot initialize the group"),
     }
 }

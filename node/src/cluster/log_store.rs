@@ -305,7 +305,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let txn = self.log.db.begin_read().map_err(fail::read_vote)?;
         let votes = txn.open_table(VOTES).map_err(fail::read_vote)?;
         match votes.get(self.group).map_err(fail::read_vote)? {
-            Some(bytes) => postcard::from_bytes(bytes.value()).map_err(fail::read_vote),
+            Some(bytes) => postcard::from_bytes::<Vote>(bytes.value())
+                .map(Some)
+                .map_err(fail::read_vote),
             None => Ok(None),
         }
     }

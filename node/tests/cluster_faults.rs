@@ -1,0 +1,262 @@
+//! Faults in a 3-voter cluster of real `ursula-node` processes on loopback: SIGKILL of a busy
+//! leader or a follower, SIGKILL of every voter, a voter cut off (frozen with SIGSTOP), and a
+//! follower that missed a log compaction. Producers append throughout and retry with the same
+//! (Id, Epoch, Seq) whenever an answer is lost. Afterwards every acknowledged append must be
+//! readable, once and in order, and every voter's own copy must be byte-identical.
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, StatusCode};
+use support::cluster::TestCluster;
+
+/// Buckets (one stream each); a bucket decides the group, so these spread over groups.
+const BUCKETS: [&str; 4] = ["fault-a", "fault-b", "fault-c", "fault-d"];
+const WRITERS_PER_STREAM: usize = 2;
+
+struct Load {
+    stop: Arc<AtomicBool>,
+    writers: Vec<tokio::task::JoinHandle<(usize, u64)>>,
+}
+
+async fn create_streams(cluster: &TestCluster) {
+    for bucket in BUCKETS {
+        for (path, headers) in [
+            (format!("/{bucket}"), vec![]),
+            (format!("/{bucket}/s"), vec![("content-type", "text/plain")]),
+        ] {
+            let reply = cluster
+                .send(
+                    0,
+                    Method::PUT,
+                    &path,
+                    &headers,
+                    Bytes::new(),
+                    Duration::from_secs(20),
+                )
+                .await
+                .expect("an answer");
+            assert!(
+                reply.status == StatusCode::CREATED || reply.status == StatusCode::OK,
+                "{path}: {} {}",
+                reply.status,
+                reply.text()
+            );
+        }
+    }
+}
+
+/// Starts producers: writer `w` appends `w<w>:<seq>\n` to stream `w % BUCKETS.len()`, moving to
+/// the next sequence number only once an append is acknowledged (200 new, 204 duplicate).
+/// Each returns (writer, number of acknowledged appends).
+fn start_load(cluster: &Arc<TestCluster>, seed: u64) -> Load {
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers = (0..BUCKETS.len() * WRITERS_PER_STREAM)
+        .map(|writer| {
+            let cluster = cluster.clone();
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let bucket = BUCKETS[writer % BUCKETS.len()];
+                let path = format!("/{bucket}/s");
+                let producer = format!("w{writer}");
+                let mut seq = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let seq_text = seq.to_string();
+                    let headers = [
+                        ("content-type", "text/plain"),
+                        ("producer-id", producer.as_str()),
+                        ("producer-epoch", "0"),
+                        ("producer-seq", seq_text.as_str()),
+                    ];
+                    let body = Bytes::from(format!("w{writer}:{seq}\n"));
+                    let first = (writer + seed as usize) % 3;
+                    let reply = cluster
+                        .send(
+                            first,
+                            Method::POST,
+                            &path,
+                            &headers,
+                            body,
+                            Duration::from_secs(30),
+                        )
+                        .await;
+                    match reply.map(|r| (r.status, r)) {
+                        Some((StatusCode::OK | StatusCode::NO_CONTENT, _)) => seq += 1,
+                        Some((status, reply)) => {
+                            panic!("writer {writer} seq {seq}: {status} {}", reply.text())
+                        }
+                        None => panic!("writer {writer} seq {seq}: no voter answered"),
+                    }
+                }
+                (writer, seq)
+            })
+        })
+        .collect();
+    Load { stop, writers }
+}
+
+impl Load {
+    async fn finish(self) -> HashMap<usize, u64> {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut acked = HashMap::new();
+        for writer in self.writers {
+            let (writer, count) = writer.await.expect("writer");
+            acked.insert(writer, count);
+        }
+        acked
+    }
+}
+
+/// Every acknowledged append is there once, in order, and nothing else is; every running
+/// voter's copy is the same bytes.
+async fn verify(cluster: &TestCluster, acked: &HashMap<usize, u64>) {
+    let total: u64 = acked.values().sum();
+    eprintln!("acknowledged appends: {total}");
+    assert!(total >= 20, "too little load: {acked:?}");
+    for (s, bucket) in BUCKETS.iter().enumerate() {
+        let bytes = cluster.read_all(&format!("/{bucket}/s")).await;
+        let text = String::from_utf8(bytes.clone()).expect("utf-8");
+        let mut seen: HashMap<usize, Vec<u64>> = HashMap::new();
+        for line in text.lines() {
+            let (writer, seq) = line
+                .strip_prefix('w')
+                .and_then(|l| l.split_once(':'))
+                .unwrap_or_else(|| panic!("a torn or foreign line: {line:?}"));
+            let writer: usize = writer.parse().expect("writer");
+            assert_eq!(writer % BUCKETS.len(), s, "an append in another stream");
+            seen.entry(writer)
+                .or_default()
+                .push(seq.parse().expect("seq"));
+        }
+        for (writer, count) in acked.iter().filter(|(w, _)| *w % BUCKETS.len() == s) {
+            let expected: Vec<u64> = (0..*count).collect();
+            assert_eq!(
+                seen.get(writer).cloned().unwrap_or_default(),
+                expected,
+                "writer {writer}: acknowledged appends missing, repeated or reordered"
+            );
+        }
+        cluster.wait_replicas_equal(bucket, "s", &bytes).await;
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// Runs `fault` while producers append, then checks everything.
+fn under_load(raft_extra: &str, seed: u64, fault: impl AsyncFnOnce(&TestCluster)) {
+    let rt = runtime();
+    let cluster = Arc::new(TestCluster::start(3, raft_extra));
+    rt.block_on(async {
+        cluster.wait_ready().await;
+        create_streams(&cluster).await;
+        let load = start_load(&cluster, seed);
+        tokio::time::sleep(Duration::from_millis(300 + seed * 211 % 400)).await;
+        fault(&cluster).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let acked = load.finish().await;
+        cluster.wait_ready().await;
+        verify(&cluster, &acked).await;
+    });
+}
+
+/// The leader of the group a seed picks.
+async fn busy_leader(cluster: &TestCluster, seed: u64) -> usize {
+    let group = cluster.group_of(BUCKETS[seed as usize % BUCKETS.len()]);
+    cluster
+        .leader_of(group)
+        .await
+        .expect("the group has a leader")
+}
+
+async fn blocking(cluster: &TestCluster, action: impl FnOnce(&TestCluster)) {
+    tokio::task::block_in_place(|| action(cluster));
+}
+
+#[test]
+fn sigkill_of_a_busy_leader_loses_no_acknowledged_append() {
+    for seed in 1..=2 {
+        under_load("", seed, async |cluster| {
+            let leader = busy_leader(cluster, seed).await;
+            blocking(cluster, |c| c.kill(leader)).await;
+            // The others elect a new leader and take the writes; then the old one returns.
+            tokio::time::sleep(Duration::from_millis(1200)).await;
+            blocking(cluster, |c| c.restart(leader)).await;
+        });
+    }
+}
+
+#[test]
+fn sigkill_of_a_follower_and_of_every_voter() {
+    for seed in 1..=2 {
+        under_load("", seed, async |cluster| {
+            let leader = busy_leader(cluster, seed).await;
+            let follower = (leader + 1 + seed as usize % 2) % 3;
+            blocking(cluster, |c| c.kill(follower)).await;
+            tokio::time::sleep(Duration::from_millis(800)).await;
+            blocking(cluster, |c| c.restart(follower)).await;
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            // Everything at once: only what is on disk survives.
+            blocking(cluster, |c| {
+                for i in 0..3 {
+                    c.kill(i);
+                }
+                for i in 0..3 {
+                    c.restart(i);
+                }
+            })
+            .await;
+        });
+    }
+}
+
+#[test]
+fn a_leader_cut_off_is_replaced_and_rejoins() {
+    for seed in 1..=2 {
+        under_load("", seed, async |cluster| {
+            let leader = busy_leader(cluster, seed).await;
+            // SIGSTOP: the leader neither answers nor sends, as if its network were cut.
+            cluster.freeze(leader);
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            cluster.thaw(leader);
+        });
+    }
+}
+
+#[test]
+fn a_follower_that_missed_a_compaction_catches_up_by_snapshot() {
+    // Snapshot every 50 entries and keep only 5 behind it, so a follower that is down for a
+    // few hundred appends finds the entries it needs purged.
+    let raft = "snapshot_entries = 50\nentries_kept_after_snapshot = 5\n";
+    let rt = runtime();
+    let cluster = Arc::new(TestCluster::start(3, raft));
+    rt.block_on(async {
+        cluster.wait_ready().await;
+        create_streams(&cluster).await;
+        let group = cluster.group_of(BUCKETS[0]);
+        let leader = cluster.leader_of(group).await.expect("a leader");
+        let follower = (leader + 1) % 3;
+        blocking(&cluster, |c| c.kill(follower)).await;
+        let load = start_load(&cluster, 1);
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let acked = load.finish().await;
+        blocking(&cluster, |c| c.restart(follower)).await;
+        cluster.wait_ready().await;
+        verify(&cluster, &acked).await;
+        let log = cluster.log_of(follower);
+        assert!(
+            log.contains("installed a snapshot"),
+            "the follower caught up without a snapshot; its log:\n{log}"
+        );
+    });
+}
