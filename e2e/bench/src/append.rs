@@ -14,15 +14,30 @@ pub struct Options {
     pub size: usize,
     pub duration: Duration,
     pub warmup: Duration,
+    /// Spread the streams over this many buckets (`{prefix}-{run}-{b}/s{i}`), which spreads
+    /// them over a cluster's Raft groups; 0 keeps them under `prefix`.
+    pub buckets: usize,
 }
 
 pub async fn run(client: Client, prefix: &str, label: &str, o: Options) -> Result<String, Error> {
     let run_id = crate::client::run_id();
     let paths: Arc<Vec<String>> = Arc::new(
         (0..o.streams)
-            .map(|i| format!("{prefix}-{run_id}-{i}"))
+            .map(|i| match o.buckets {
+                0 => format!("{prefix}-{run_id}-{i}"),
+                n => format!("{prefix}-{run_id}-{}/s{i}", i % n),
+            })
             .collect(),
     );
+    for b in 0..o.buckets {
+        let bucket = format!("{prefix}-{run_id}-{b}");
+        let status = client
+            .send(Method::PUT, &bucket, None, Bytes::new())
+            .await?;
+        if !status.is_success() {
+            return Err(format!("create bucket {bucket}: {status}").into());
+        }
+    }
     for path in paths.iter() {
         client.create(path, "application/octet-stream").await?;
     }

@@ -14,11 +14,13 @@ pub fn run_id() -> u128 {
         .map_or(0, |d| d.as_millis())
 }
 
-/// A pooled HTTP/1.1 client bound to one server.
+/// A pooled HTTP/1.1 client bound to one server. Against a cluster it follows 307 leader
+/// redirects, as a cluster's clients do, and remembers each stream's leader.
 #[derive(Clone)]
 pub struct Client {
     base: String,
     inner: HyperClient<HttpConnector, Full<Bytes>>,
+    leaders: std::sync::Arc<std::sync::RwLock<std::collections::HashMap<String, String>>>,
 }
 
 impl Client {
@@ -31,6 +33,7 @@ impl Client {
         Self {
             base: base.trim_end_matches('/').to_owned(),
             inner,
+            leaders: Default::default(),
         }
     }
 
@@ -56,14 +59,35 @@ impl Client {
         content_type: Option<&str>,
         body: Bytes,
     ) -> Result<StatusCode, Error> {
-        let mut request = Request::builder().method(method).uri(self.url(path));
-        if let Some(content_type) = content_type {
-            request = request.header("content-type", content_type);
+        let known = self.leaders.read().ok().and_then(|l| l.get(path).cloned());
+        let mut url = known.unwrap_or_else(|| self.url(path));
+        for _ in 0..4 {
+            let mut request = Request::builder().method(method.clone()).uri(&url);
+            if let Some(content_type) = content_type {
+                request = request.header("content-type", content_type);
+            }
+            let response = self
+                .inner
+                .request(request.body(Full::new(body.clone()))?)
+                .await?;
+            let status = response.status();
+            let location = response
+                .headers()
+                .get("location")
+                .and_then(|l| l.to_str().ok())
+                .map(str::to_owned);
+            response.into_body().collect().await?;
+            match location {
+                Some(location) if status == StatusCode::TEMPORARY_REDIRECT => {
+                    if let Ok(mut leaders) = self.leaders.write() {
+                        leaders.insert(path.to_owned(), location.clone());
+                    }
+                    url = location;
+                }
+                _ => return Ok(status),
+            }
         }
-        let response = self.inner.request(request.body(Full::new(body))?).await?;
-        let status = response.status();
-        response.into_body().collect().await?;
-        Ok(status)
+        Err(format!("{path}: too many redirects").into())
     }
 
     pub async fn open(&self, path: &str) -> Result<hyper::Response<hyper::body::Incoming>, Error> {

@@ -47,6 +47,10 @@ enum Command {
         duration: Duration,
         #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
         warmup: Duration,
+        /// Spread the streams over this many buckets named `{prefix}-{run}-{b}` (the prefix
+        /// must then be a bucket-like `/name`); a cluster places buckets in its Raft groups.
+        #[arg(long, default_value_t = 0)]
+        buckets: usize,
     },
     /// SSE fan-out delivery latency.
     Sse {
@@ -81,6 +85,7 @@ fn main() {
                 size,
                 duration,
                 warmup,
+                buckets,
             } => {
                 let options = append::Options {
                     streams,
@@ -88,6 +93,7 @@ fn main() {
                     size,
                     duration,
                     warmup,
+                    buckets,
                 };
                 append::run(client, &args.prefix, &args.label, options).await
             }

@@ -36,19 +36,29 @@ pub async fn start_groups(
     view: &Arc<ClusterView>,
 ) -> Result<(Vec<Arc<Engine>>, Arc<LogDb>), String> {
     let metrics = Arc::new(Metrics::default());
-    let log = LogDb::open(&config.data_dir.join("raft"), metrics.clone())?;
+    let log = LogDb::open(
+        &config.data_dir.join("raft"),
+        config.raft.wal.segment_size,
+        config.raft.group_count,
+        metrics.clone(),
+    )?;
     let settings = raft_config(config)?;
     let client = http2_client();
     let urls = Arc::new(cluster_urls(view));
     let mut engines = Vec::with_capacity(config.raft.group_count);
     for group in 0..config.raft.group_count {
         let dir = config.data_dir.join("groups").join(group.to_string());
-        let (engine, parts) =
-            Engine::open_replica(&dir, config.limits(), &config.raft.wal, metrics.clone())
-                .map_err(|e| format!("group {group}: {e}"))?;
+        let (engine, parts) = Engine::open_replica(
+            &dir,
+            config.limits(),
+            &config.raft.wal,
+            metrics.clone(),
+            config.raft.group_count,
+        )
+        .map_err(|e| format!("group {group}: {e}"))?;
         let group = group as u32;
         let state_machine = GroupStateMachine::new(group, parts)?;
-        let log_store = log.group(group)?;
+        let log_store = log.group(group);
         let watched = log_store.clone();
         let network = GroupNetwork {
             group,

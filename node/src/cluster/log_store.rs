@@ -1,10 +1,20 @@
-//! The Raft logs and votes of every group in one redb file.
+//! The Raft logs and votes of every group, in one write-ahead log.
 //!
-//! One writer thread owns all writes. It takes every write waiting for it, from any group,
-//! into one transaction and commits it with one fsync, then tells each group its entries are
-//! durable (group commit across groups). Each group also keeps the suffix of its log in memory,
-//! because replication reads entries right after they are appended; older entries are read
-//! back from redb.
+//! One writer thread owns the WAL. It takes every change waiting for it, from any group (new
+//! entries, truncations, purges, votes), writes them as one record and makes it durable with
+//! one `fdatasync`, then tells each group its change is durable: group commit across groups.
+//! A record is a few kilobytes of entries, where a B-tree commit rewrites several pages; on the
+//! reference machine redb as the log wrote about 40 KB to disk per append (see README).
+//!
+//! Every entry not yet purged behind a snapshot is also kept in memory, which is where reads
+//! come from (as etcd's raft keeps its unstable and stable entries in memory until a
+//! snapshot). Snapshots bound that memory: a group snapshots and purges after
+//! `raft.snapshot_entries` entries or its share of `raft.snapshot_log_budget` bytes.
+//!
+//! On start-up the WAL is replayed to rebuild each group's entries, vote and purge point.
+//! Segments are deleted once every group has purged the entries in them; the votes and purge
+//! points are rewritten in a summary record now and then, so that old segments are never kept
+//! only for them.
 
 use std::collections::VecDeque;
 use std::fmt::Debug;
@@ -18,214 +28,264 @@ use std::time::Instant;
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{OptionalSend, RaftLogId};
 use parking_lot::Mutex;
-use redb::{Database, ReadableDatabase, TableDefinition};
+use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
-use crate::engine::Metrics;
-
 use super::types::{Entry, LogId, StorageError, TypeConfig, Vote, fail};
+use crate::engine::Metrics;
+use crate::storage::wal::Wal;
 
-const LOG: TableDefinition<(u32, u64), &[u8]> = TableDefinition::new("raft_log");
-const VOTES: TableDefinition<u32, &[u8]> = TableDefinition::new("raft_vote");
-const PURGED: TableDefinition<u32, &[u8]> = TableDefinition::new("raft_purged");
-
-/// Writes taken into one transaction at most.
+/// Changes taken into one record at most.
 const MAX_BATCH: usize = 4096;
-/// A group keeps at most this many durable entries in memory, and this many bytes.
-const MEMORY_ENTRIES: usize = 4096;
-const MEMORY_BYTES: u64 = 32 * 1024 * 1024;
+/// A summary of every group's vote and purge point is written after this many records.
+const SUMMARY_EVERY: u64 = 1024;
 
-type Done = oneshot::Sender<Result<(), String>>;
-
-enum Write {
+/// One durable change to a group's log state.
+#[derive(Serialize, Deserialize)]
+enum LogOp {
+    /// Entries, postcard-encoded as `Vec<Entry>` by the proposer's task.
     Append {
-        tail: Arc<Mutex<Tail>>,
         group: u32,
-        entries: Vec<(u64, Vec<u8>)>,
-        flushed: LogFlushed<TypeConfig>,
-    },
-    Vote {
-        group: u32,
-        vote: Vec<u8>,
-        done: Done,
+        entries: Vec<u8>,
     },
     Truncate {
         group: u32,
         from: u64,
-        done: Done,
     },
     Purge {
         group: u32,
-        upto: u64,
-        record: Vec<u8>,
-        done: Done,
+        upto: LogId,
+    },
+    Vote {
+        group: u32,
+        vote: Vote,
+    },
+    /// Every group's vote and purge point, in group order.
+    Summary {
+        groups: Vec<(Option<Vote>, Option<LogId>)>,
     },
 }
 
-/// The shared log file and its writer thread.
+type Done = oneshot::Sender<Result<(), String>>;
+
+/// What a writer must do after a change is durable.
+enum Then {
+    Flushed(LogFlushed<TypeConfig>),
+    Reply(Done),
+    Nothing,
+}
+
+struct Change {
+    op: LogOp,
+    /// The last entry index of an `Append`, and how many entries it has.
+    last_index: u64,
+    count: u64,
+    then: Then,
+}
+
+/// A group's log as the openraft side sees it.
+struct GroupLog {
+    /// Every unpurged entry, `first..`, in order.
+    entries: VecDeque<Entry>,
+    first: u64,
+    /// Encoded size of each entry in `entries`.
+    sizes: VecDeque<u64>,
+    bytes: u64,
+    last_log_id: Option<LogId>,
+    last_purged: Option<LogId>,
+    vote: Option<Vote>,
+}
+
+impl GroupLog {
+    fn empty() -> Self {
+        Self {
+            entries: VecDeque::new(),
+            first: 0,
+            sizes: VecDeque::new(),
+            bytes: 0,
+            last_log_id: None,
+            last_purged: None,
+            vote: None,
+        }
+    }
+
+    fn push(&mut self, entry: Entry, size: u64) {
+        let index = entry.get_log_id().index;
+        // A new entry at an index held replaces it and everything after (Raft's truncation,
+        // also when replaying a log written before a crash).
+        if !self.entries.is_empty() && index < self.first + self.entries.len() as u64 {
+            self.truncate(index);
+        }
+        if self.entries.is_empty() {
+            self.first = index;
+        }
+        self.last_log_id = Some(*entry.get_log_id());
+        self.entries.push_back(entry);
+        self.sizes.push_back(size);
+        self.bytes += size;
+    }
+
+    fn truncate(&mut self, from: u64) {
+        let keep = usize::try_from(from.saturating_sub(self.first)).unwrap_or(usize::MAX);
+        while self.entries.len() > keep {
+            self.entries.pop_back();
+            if let Some(size) = self.sizes.pop_back() {
+                self.bytes -= size;
+            }
+        }
+        self.last_log_id = self
+            .entries
+            .back()
+            .map(|entry| *entry.get_log_id())
+            .or(self.last_purged);
+    }
+
+    fn purge(&mut self, upto: LogId) {
+        if self
+            .last_purged
+            .is_some_and(|purged| purged.index >= upto.index)
+        {
+            return;
+        }
+        while self.first <= upto.index && !self.entries.is_empty() {
+            self.entries.pop_front();
+            if let Some(size) = self.sizes.pop_front() {
+                self.bytes -= size;
+            }
+            self.first += 1;
+        }
+        if self.entries.is_empty() {
+            self.first = upto.index + 1;
+        }
+        self.last_purged = Some(upto);
+        if self.last_log_id.is_none_or(|last| last.index < upto.index) {
+            self.last_log_id = Some(upto);
+        }
+    }
+}
+
+/// The shared log and its writer thread.
 pub struct LogDb {
-    db: Arc<Database>,
-    writes: mpsc::Sender<Write>,
-    pub metrics: Arc<Metrics>,
+    groups: Vec<Arc<Mutex<GroupLog>>>,
+    changes: mpsc::Sender<Change>,
     /// Log bytes of all groups not yet purged behind a snapshot, for write admission.
     pub unpurged_bytes: Arc<AtomicU64>,
 }
 
 impl LogDb {
-    pub fn open(dir: &Path, metrics: Arc<Metrics>) -> Result<Arc<Self>, String> {
-        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {dir:?}: {e}"))?;
-        let db = Database::builder()
-            .set_cache_size(64 * 1024 * 1024)
-            .create(dir.join("raft.redb"))
-            .map_err(|e| format!("cannot open the Raft log: {e}"))?;
-        let txn = db.begin_write().map_err(|e| e.to_string())?;
-        txn.open_table(LOG).map_err(|e| e.to_string())?;
-        txn.open_table(VOTES).map_err(|e| e.to_string())?;
-        txn.open_table(PURGED).map_err(|e| e.to_string())?;
-        txn.commit().map_err(|e| e.to_string())?;
-        let db = Arc::new(db);
-        let (writes, inbox) = mpsc::channel();
+    /// Opens (replays) the log of `group_count` groups in `dir` and starts its writer.
+    pub fn open(
+        dir: &Path,
+        segment_size: u64,
+        group_count: usize,
+        metrics: Arc<Metrics>,
+    ) -> Result<Arc<Self>, String> {
+        let (wal, records) = Wal::open(dir, segment_size)
+            .map_err(|e| format!("cannot open the Raft log in {dir:?}: {e}"))?;
+        let mut groups: Vec<GroupLog> = (0..group_count).map(|_| GroupLog::empty()).collect();
+        let mut pins: Vec<VecDeque<(u64, u64)>> = vec![VecDeque::new(); group_count];
+        let mut summary_seq = 0;
+        for record in &records {
+            let ops: Vec<LogOp> = postcard::from_bytes(&record.payload)
+                .map_err(|e| format!("Raft log record {}: {e}", record.seq))?;
+            for op in ops {
+                let slot = |group: u32| -> Result<usize, String> {
+                    let group = group as usize;
+                    if group < group_count {
+                        Ok(group)
+                    } else {
+                        Err(format!(
+                            "the Raft log has group {group}, but raft.group_count is {group_count}; the group count cannot change"
+                        ))
+                    }
+                };
+                match op {
+                    LogOp::Append { group, entries } => {
+                        let g = slot(group)?;
+                        let decoded: Vec<Entry> = postcard::from_bytes(&entries)
+                            .map_err(|e| format!("Raft log record {}: {e}", record.seq))?;
+                        let size = entries.len() as u64 / decoded.len().max(1) as u64;
+                        if let Some(last) = decoded.last() {
+                            pins[g].push_back((last.get_log_id().index, record.seq));
+                        }
+                        for entry in decoded {
+                            groups[g].push(entry, size);
+                        }
+                    }
+                    LogOp::Truncate { group, from } => groups[slot(group)?].truncate(from),
+                    LogOp::Purge { group, upto } => {
+                        let g = slot(group)?;
+                        groups[g].purge(upto);
+                        while pins[g].front().is_some_and(|(last, _)| *last <= upto.index) {
+                            pins[g].pop_front();
+                        }
+                    }
+                    LogOp::Vote { group, vote } => groups[slot(group)?].vote = Some(vote),
+                    LogOp::Summary { groups: summary } => {
+                        summary_seq = record.seq;
+                        for (g, (vote, purged)) in summary.into_iter().enumerate() {
+                            if g >= group_count {
+                                break;
+                            }
+                            groups[g].vote = vote.or(groups[g].vote);
+                            if let Some(upto) = purged {
+                                groups[g].purge(upto);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let unpurged: u64 = groups.iter().map(|g| g.bytes).sum();
         let writer = Writer {
-            db: db.clone(),
-            metrics: metrics.clone(),
+            summary: groups.iter().map(|g| (g.vote, g.last_purged)).collect(),
+            wal,
+            pins,
+            summary_seq,
+            records_since_summary: SUMMARY_EVERY,
+            metrics,
         };
+        let (changes, inbox) = mpsc::channel();
         std::thread::Builder::new()
             .name("ursula-raft-log".into())
             .spawn(move || writer.run(inbox))
             .map_err(|e| format!("cannot start the Raft log writer: {e}"))?;
         Ok(Arc::new(Self {
-            db,
-            writes,
-            metrics,
-            unpurged_bytes: Arc::new(AtomicU64::new(0)),
+            groups: groups
+                .into_iter()
+                .map(|g| Arc::new(Mutex::new(g)))
+                .collect(),
+            changes,
+            unpurged_bytes: Arc::new(AtomicU64::new(unpurged)),
         }))
     }
 
-    /// The log of one group, as it is on disk.
-    pub fn group(self: &Arc<Self>, group: u32) -> Result<LogStore, String> {
-        let txn = self.db.begin_read().map_err(|e| e.to_string())?;
-        let log = txn.open_table(LOG).map_err(|e| e.to_string())?;
-        let purged = txn.open_table(PURGED).map_err(|e| e.to_string())?;
-        let last_purged: Option<LogId> = match purged.get(group).map_err(|e| e.to_string())? {
-            Some(bytes) => Some(postcard::from_bytes(bytes.value()).map_err(|e| e.to_string())?),
-            None => None,
-        };
-        let mut sizes = VecDeque::new();
-        for row in log
-            .range((group, 0)..=(group, u64::MAX))
-            .map_err(|e| e.to_string())?
-        {
-            let (key, value) = row.map_err(|e| e.to_string())?;
-            sizes.push_back((key.value().1, value.value().len() as u64));
-        }
-        let last_log_id = match log
-            .range((group, 0)..=(group, u64::MAX))
-            .map_err(|e| e.to_string())?
-            .next_back()
-        {
-            Some(row) => {
-                let (key, value) = row.map_err(|e| e.to_string())?;
-                let entry: Entry = postcard::from_bytes(value.value()).map_err(|e| {
-                    format!("Raft log entry {} of group {group}: {e}", key.value().1)
-                })?;
-                Some(*entry.get_log_id())
-            }
-            None => last_purged,
-        };
-        let bytes: u64 = sizes.iter().map(|(_, size)| size).sum();
-        self.unpurged_bytes.fetch_add(bytes, Ordering::Relaxed);
-        let next = last_log_id.map_or(0, |id| id.index + 1);
-        Ok(LogStore {
+    /// The log of one group.
+    pub fn group(self: &Arc<Self>, group: u32) -> LogStore {
+        LogStore {
             group,
             log: self.clone(),
-            tail: Arc::new(Mutex::new(Tail {
-                memory: VecDeque::new(),
-                memory_first: next,
-                memory_bytes: 0,
-                flushed: next.saturating_sub(1),
-                last_log_id,
-                last_purged,
-                sizes,
-            })),
-        })
+            state: self.groups[group as usize].clone(),
+        }
     }
 
-    async fn write(&self, make: impl FnOnce(Done) -> Write) -> Result<(), String> {
+    fn submit(&self, op: LogOp, last_index: u64, count: u64, then: Then) -> Result<(), String> {
+        self.changes
+            .send(Change {
+                op,
+                last_index,
+                count,
+                then,
+            })
+            .map_err(|_| "the Raft log writer stopped".to_owned())
+    }
+
+    async fn durable(&self, op: LogOp) -> Result<(), String> {
         let (done, answer) = oneshot::channel();
-        self.writes
-            .send(make(done))
-            .map_err(|_| "the Raft log writer stopped".to_owned())?;
+        self.submit(op, 0, 0, Then::Reply(done))?;
         answer
             .await
             .map_err(|_| "the Raft log writer stopped".to_owned())?
-    }
-
-    fn read_range(&self, group: u32, from: u64, until: u64) -> Result<Vec<Entry>, String> {
-        let txn = self.db.begin_read().map_err(|e| e.to_string())?;
-        let log = txn.open_table(LOG).map_err(|e| e.to_string())?;
-        let mut out = Vec::new();
-        if from >= until {
-            return Ok(out);
-        }
-        for row in log
-            .range((group, from)..(group, until))
-            .map_err(|e| e.to_string())?
-        {
-            let (_, value) = row.map_err(|e| e.to_string())?;
-            out.push(postcard::from_bytes(value.value()).map_err(|e| e.to_string())?);
-        }
-        Ok(out)
-    }
-}
-
-/// A group's view of its log: the in-memory suffix and what is on disk.
-pub struct Tail {
-    /// Entries `memory_first..` in order; those above `flushed` are not durable yet.
-    memory: VecDeque<Entry>,
-    memory_first: u64,
-    memory_bytes: u64,
-    flushed: u64,
-    last_log_id: Option<LogId>,
-    last_purged: Option<LogId>,
-    /// Encoded size of every unpurged entry, by index, for log-pressure accounting.
-    sizes: VecDeque<(u64, u64)>,
-}
-
-impl Tail {
-    /// Drops durable entries from memory beyond the memory bounds.
-    fn trim(&mut self) {
-        while (self.memory.len() > MEMORY_ENTRIES || self.memory_bytes > MEMORY_BYTES)
-            && self.memory_first <= self.flushed
-        {
-            if self.memory.pop_front().is_none() {
-                break;
-            }
-            if let Some(size) = self.size_of(self.memory_first) {
-                self.memory_bytes = self.memory_bytes.saturating_sub(size);
-            }
-            self.memory_first += 1;
-        }
-    }
-
-    fn size_of(&self, index: u64) -> Option<u64> {
-        let first = self.sizes.front()?.0;
-        let at = usize::try_from(index.checked_sub(first)?).ok()?;
-        self.sizes.get(at).map(|(_, size)| *size)
-    }
-}
-
-/// One group's log, implementing openraft's log storage.
-#[derive(Clone)]
-pub struct LogStore {
-    group: u32,
-    log: Arc<LogDb>,
-    tail: Arc<Mutex<Tail>>,
-}
-
-impl LogStore {
-    /// Log bytes of this group not yet purged behind a snapshot.
-    pub fn unpurged_bytes(&self) -> u64 {
-        self.tail.lock().sizes.iter().map(|(_, size)| size).sum()
     }
 }
 
@@ -233,6 +293,21 @@ fn release(counter: &AtomicU64, bytes: u64) {
     let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |now| {
         Some(now.saturating_sub(bytes))
     });
+}
+
+/// One group's log, implementing openraft's log storage.
+#[derive(Clone)]
+pub struct LogStore {
+    group: u32,
+    log: Arc<LogDb>,
+    state: Arc<Mutex<GroupLog>>,
+}
+
+impl LogStore {
+    /// Log bytes of this group not yet purged behind a snapshot.
+    pub fn unpurged_bytes(&self) -> u64 {
+        self.state.lock().bytes
+    }
 }
 
 fn bounds(range: &impl RangeBounds<u64>) -> (u64, u64) {
@@ -255,21 +330,17 @@ impl RaftLogReader<TypeConfig> for LogStore {
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
         let (from, until) = bounds(&range);
-        let (memory_first, from_memory) = {
-            let tail = self.tail.lock();
-            let start = from.max(tail.memory_first);
-            let skip = usize::try_from(start - tail.memory_first).unwrap_or(usize::MAX);
-            let take = usize::try_from(until.saturating_sub(start)).unwrap_or(usize::MAX);
-            let entries: Vec<Entry> = tail.memory.iter().skip(skip).take(take).cloned().collect();
-            (tail.memory_first, entries)
-        };
-        // Entries leave memory only once durable, so whatever is below memory is on disk.
-        let mut out = self
-            .log
-            .read_range(self.group, from, until.min(memory_first))
-            .map_err(fail::read_logs)?;
-        out.extend(from_memory);
-        Ok(out)
+        let state = self.state.lock();
+        let start = from.max(state.first);
+        let skip = usize::try_from(start - state.first).unwrap_or(usize::MAX);
+        let take = usize::try_from(until.saturating_sub(start)).unwrap_or(usize::MAX);
+        Ok(state
+            .entries
+            .iter()
+            .skip(skip)
+            .take(take)
+            .cloned()
+            .collect())
     }
 }
 
@@ -277,10 +348,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = Self;
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
-        let tail = self.tail.lock();
+        let state = self.state.lock();
         Ok(LogState {
-            last_purged_log_id: tail.last_purged,
-            last_log_id: tail.last_log_id,
+            last_purged_log_id: state.last_purged,
+            last_log_id: state.last_log_id,
         })
     }
 
@@ -289,27 +360,18 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
-        let bytes = postcard::to_allocvec(vote).map_err(fail::write_vote)?;
-        let group = self.group;
+        self.state.lock().vote = Some(*vote);
         self.log
-            .write(|done| Write::Vote {
-                group,
-                vote: bytes,
-                done,
+            .durable(LogOp::Vote {
+                group: self.group,
+                vote: *vote,
             })
             .await
             .map_err(fail::write_vote)
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
-        let txn = self.log.db.begin_read().map_err(fail::read_vote)?;
-        let votes = txn.open_table(VOTES).map_err(fail::read_vote)?;
-        match votes.get(self.group).map_err(fail::read_vote)? {
-            Some(bytes) => postcard::from_bytes::<Vote>(bytes.value())
-                .map(Some)
-                .map_err(fail::read_vote),
-            None => Ok(None),
-        }
+        Ok(self.state.lock().vote)
     }
 
     async fn append<I>(
@@ -321,121 +383,93 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let mut encoded = Vec::new();
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        let Some(last) = entries.last().map(|e| e.get_log_id().index) else {
+            callback.log_io_completed(Ok(()));
+            return Ok(());
+        };
+        let encoded = postcard::to_allocvec(&entries).map_err(fail::write_logs)?;
+        let count = entries.len() as u64;
+        let size = encoded.len() as u64 / count;
         {
-            let mut tail = self.tail.lock();
+            let mut state = self.state.lock();
+            let before = state.bytes;
             for entry in entries {
-                let bytes = postcard::to_allocvec(&entry).map_err(fail::write_logs)?;
-                let index = entry.get_log_id().index;
-                let size = bytes.len() as u64;
-                tail.sizes.push_back((index, size));
-                tail.memory_bytes += size;
-                tail.last_log_id = Some(*entry.get_log_id());
-                if tail.memory.is_empty() {
-                    tail.memory_first = index;
-                }
-                tail.memory.push_back(entry);
-                self.log.unpurged_bytes.fetch_add(size, Ordering::Relaxed);
-                encoded.push((index, bytes));
+                state.push(entry, size);
+            }
+            let after = state.bytes;
+            if after >= before {
+                self.log
+                    .unpurged_bytes
+                    .fetch_add(after - before, Ordering::Relaxed);
+            } else {
+                release(&self.log.unpurged_bytes, before - after);
             }
         }
+        let op = LogOp::Append {
+            group: self.group,
+            entries: encoded,
+        };
         self.log
-            .writes
-            .send(Write::Append {
-                tail: self.tail.clone(),
-                group: self.group,
-                entries: encoded,
-                flushed: callback,
-            })
-            .map_err(|_| fail::write_logs("the Raft log writer stopped"))
+            .submit(op, last, count, Then::Flushed(callback))
+            .map_err(fail::write_logs)
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        let from = log_id.index;
         {
-            let mut tail = self.tail.lock();
-            let keep = usize::try_from(from.saturating_sub(tail.memory_first)).unwrap_or(0);
-            tail.memory.truncate(keep);
-            let mut removed = 0;
-            while tail.sizes.back().is_some_and(|(index, _)| *index >= from) {
-                if let Some((_, size)) = tail.sizes.pop_back() {
-                    removed += size;
-                }
-            }
-            release(&self.log.unpurged_bytes, removed);
-            tail.memory_bytes = tail.memory_bytes.saturating_sub(removed);
-            if tail.memory.is_empty() {
-                tail.memory_first = from;
-            }
-            tail.flushed = tail.flushed.min(from.saturating_sub(1));
+            let mut state = self.state.lock();
+            let before = state.bytes;
+            state.truncate(log_id.index);
+            release(&self.log.unpurged_bytes, before - state.bytes);
         }
-        let group = self.group;
+        // Durable before the conflicting entries are replaced: the WAL keeps order, so any
+        // entry appended after this is written after it.
         self.log
-            .write(|done| Write::Truncate { group, from, done })
+            .durable(LogOp::Truncate {
+                group: self.group,
+                from: log_id.index,
+            })
             .await
-            .map_err(fail::write_logs)?;
-        // The last entry left is the one before `from`: in memory, on disk, or purged.
-        let previous = self
-            .try_get_log_entries(from.saturating_sub(1)..from)
-            .await?;
-        let mut tail = self.tail.lock();
-        tail.last_log_id = match previous.last() {
-            Some(entry) if from > 0 => Some(*entry.get_log_id()),
-            _ => tail.last_purged,
-        };
-        Ok(())
+            .map_err(fail::write_logs)
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        let upto = log_id.index;
         {
-            let mut tail = self.tail.lock();
-            while tail.memory_first <= upto && tail.memory.pop_front().is_some() {
-                tail.memory_first += 1;
-            }
-            if tail.memory.is_empty() {
-                tail.memory_first = tail.memory_first.max(upto + 1);
-            }
-            let mut removed = 0;
-            while tail.sizes.front().is_some_and(|(index, _)| *index <= upto) {
-                if let Some((_, size)) = tail.sizes.pop_front() {
-                    removed += size;
-                }
-            }
-            tail.memory_bytes = tail
-                .memory
-                .iter()
-                .map(|e| e.get_log_id().index)
-                .filter_map(|index| tail.size_of(index))
-                .sum();
-            release(&self.log.unpurged_bytes, removed);
-            tail.last_purged = Some(log_id);
-            if tail.last_log_id.is_none_or(|last| last.index < upto) {
-                tail.last_log_id = Some(log_id);
-            }
+            let mut state = self.state.lock();
+            let before = state.bytes;
+            state.purge(log_id);
+            release(&self.log.unpurged_bytes, before - state.bytes);
         }
-        let record = postcard::to_allocvec(&log_id).map_err(fail::write_logs)?;
-        let group = self.group;
+        // Purged entries are covered by a durable snapshot; losing this record in a crash only
+        // means replaying entries that the snapshot already holds.
         self.log
-            .write(|done| Write::Purge {
-                group,
-                upto,
-                record,
-                done,
-            })
-            .await
+            .submit(
+                LogOp::Purge {
+                    group: self.group,
+                    upto: log_id,
+                },
+                0,
+                0,
+                Then::Nothing,
+            )
             .map_err(fail::write_logs)
     }
 }
 
 struct Writer {
-    db: Arc<Database>,
+    wal: Wal,
+    /// Per group: (last entry index, WAL seq) of every record with its unpurged entries.
+    pins: Vec<VecDeque<(u64, u64)>>,
+    /// Per group: the latest vote and purge point written.
+    summary: Vec<(Option<Vote>, Option<LogId>)>,
+    summary_seq: u64,
+    records_since_summary: u64,
     metrics: Arc<Metrics>,
 }
 
 impl Writer {
-    fn run(self, inbox: mpsc::Receiver<Write>) {
-        let mut batch = Vec::with_capacity(MAX_BATCH);
+    fn run(mut self, inbox: mpsc::Receiver<Change>) {
+        let mut batch: Vec<Change> = Vec::with_capacity(MAX_BATCH);
         while let Ok(first) = inbox.recv() {
             batch.push(first);
             while batch.len() < MAX_BATCH {
@@ -444,84 +478,234 @@ impl Writer {
                     Err(_) => break,
                 }
             }
-            let started = Instant::now();
-            let written = self.commit(&batch);
-            self.metrics.observe_fsync(started.elapsed());
-            self.metrics.batches.fetch_add(1, Ordering::Relaxed);
+            let written = self.write(&batch);
             if let Err(error) = &written {
-                self.metrics.commit_failures.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(%error, "the Raft log write failed");
+                // Memory is ahead of the disk now; only a restart can reconcile them.
+                tracing::error!(%error, "the Raft log write failed; exiting to recover");
+                std::process::exit(70);
             }
-            for write in batch.drain(..) {
-                let result = written.clone();
-                match write {
-                    Write::Append {
-                        tail,
-                        entries,
-                        flushed,
-                        ..
-                    } => {
-                        if result.is_ok() {
-                            self.metrics
-                                .log_entries
-                                .fetch_add(entries.len() as u64, Ordering::Relaxed);
-                            let mut tail = tail.lock();
-                            if let Some((last, _)) = entries.last() {
-                                tail.flushed = tail.flushed.max(*last);
-                            }
-                            tail.trim();
-                        }
-                        flushed.log_io_completed(result.map_err(std::io::Error::other));
+            for change in batch.drain(..) {
+                match change.then {
+                    Then::Flushed(flushed) => flushed.log_io_completed(Ok(())),
+                    Then::Reply(done) => {
+                        let _ = done.send(Ok(()));
                     }
-                    Write::Vote { done, .. }
-                    | Write::Truncate { done, .. }
-                    | Write::Purge { done, .. } => {
-                        let _ = done.send(result);
-                    }
+                    Then::Nothing => {}
                 }
             }
+            self.forget_purged();
         }
     }
 
-    /// One transaction, one fsync, for every write in the batch, in order.
-    fn commit(&self, batch: &[Write]) -> Result<(), String> {
-        let txn = self.db.begin_write().map_err(|e| e.to_string())?;
-        {
-            let mut log = txn.open_table(LOG).map_err(|e| e.to_string())?;
-            let mut votes = txn.open_table(VOTES).map_err(|e| e.to_string())?;
-            let mut purged = txn.open_table(PURGED).map_err(|e| e.to_string())?;
-            for write in batch {
-                match write {
-                    Write::Append { group, entries, .. } => {
-                        for (index, bytes) in entries {
-                            log.insert((*group, *index), bytes.as_slice())
-                                .map_err(|e| e.to_string())?;
-                        }
+    /// Writes the batch as one record with one fsync.
+    fn write(&mut self, batch: &[Change]) -> Result<(), String> {
+        let ops: Vec<&LogOp> = batch.iter().map(|change| &change.op).collect();
+        let payload = postcard::to_allocvec(&ops).map_err(|e| e.to_string())?;
+        let seq = self.wal.last_seq() + 1;
+        let started = Instant::now();
+        self.wal.append(seq, &payload).map_err(|e| e.to_string())?;
+        self.metrics.observe_fsync(started.elapsed());
+        self.metrics.batches.fetch_add(1, Ordering::Relaxed);
+        let mut entries = 0u64;
+        for change in batch {
+            match &change.op {
+                LogOp::Append { group, .. } => {
+                    entries += change.count;
+                    self.pins[*group as usize].push_back((change.last_index, seq));
+                }
+                // Records with truncated entries stay pinned until a purge passes their last
+                // index: conservative, and the entries replacing them are purged in time too.
+                LogOp::Truncate { .. } => {}
+                LogOp::Purge { group, upto } => {
+                    let g = *group as usize;
+                    self.summary[g].1 = Some(*upto);
+                    while self.pins[g]
+                        .front()
+                        .is_some_and(|(last, _)| *last <= upto.index)
+                    {
+                        self.pins[g].pop_front();
                     }
-                    Write::Vote { group, vote, .. } => {
-                        votes
-                            .insert(*group, vote.as_slice())
-                            .map_err(|e| e.to_string())?;
-                    }
-                    Write::Truncate { group, from, .. } => {
-                        log.retain_in((*group, *from)..=(*group, u64::MAX), |_, _| false)
-                            .map_err(|e| e.to_string())?;
-                    }
-                    Write::Purge {
-                        group,
-                        upto,
-                        record,
-                        ..
-                    } => {
-                        log.retain_in((*group, 0)..=(*group, *upto), |_, _| false)
-                            .map_err(|e| e.to_string())?;
-                        purged
-                            .insert(*group, record.as_slice())
-                            .map_err(|e| e.to_string())?;
-                    }
+                }
+                LogOp::Vote { group, vote } => self.summary[*group as usize].0 = Some(*vote),
+                LogOp::Summary { .. } => {}
+            }
+        }
+        self.metrics
+            .log_entries
+            .fetch_add(entries, Ordering::Relaxed);
+        self.records_since_summary += 1;
+        Ok(())
+    }
+
+    /// Deletes the segments no group needs any more, writing a fresh summary first when an
+    /// old one is what holds them.
+    fn forget_purged(&mut self) {
+        if self.records_since_summary >= SUMMARY_EVERY {
+            let summary = LogOp::Summary {
+                groups: self.summary.clone(),
+            };
+            let seq = self.wal.last_seq() + 1;
+            let written = postcard::to_allocvec(&vec![&summary])
+                .map_err(|e| e.to_string())
+                .and_then(|payload| self.wal.append(seq, &payload).map_err(|e| e.to_string()));
+            match written {
+                Ok(()) => {
+                    self.summary_seq = seq;
+                    self.records_since_summary = 0;
+                }
+                Err(error) => {
+                    tracing::error!(%error, "the Raft log write failed; exiting to recover");
+                    std::process::exit(70);
                 }
             }
         }
-        txn.commit().map_err(|e| e.to_string())
+        let oldest_needed = self
+            .pins
+            .iter()
+            .filter_map(|pins| pins.front().map(|(_, seq)| *seq))
+            .min()
+            .unwrap_or(u64::MAX)
+            .min(self.summary_seq);
+        self.wal.purge_through(oldest_needed.saturating_sub(1));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::{CommittedLeaderId, EntryPayload, LogId};
+
+    use super::*;
+    use crate::machine::Command;
+
+    fn entry(term: u64, index: u64) -> Entry {
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(term, 1), index),
+            payload: EntryPayload::Normal(Command::ExpireDue { now_ms: index }),
+        }
+    }
+
+    impl LogStore {
+        /// `append`, waiting until durable (openraft's flush callback cannot be made outside it).
+        async fn append_now(&mut self, entries: Vec<Entry>) {
+            let last = entries.last().map_or(0, |e| e.get_log_id().index);
+            let count = entries.len() as u64;
+            let encoded = postcard::to_allocvec(&entries).unwrap();
+            {
+                let mut state = self.state.lock();
+                for entry in entries {
+                    state.push(entry, 1);
+                }
+            }
+            let (done, answer) = oneshot::channel();
+            let op = LogOp::Append {
+                group: self.group,
+                entries: encoded,
+            };
+            self.log.submit(op, last, count, Then::Reply(done)).unwrap();
+            answer.await.unwrap().unwrap();
+        }
+
+        async fn indexes(&mut self) -> Vec<(u64, u64)> {
+            self.try_get_log_entries(0..u64::MAX)
+                .await
+                .unwrap()
+                .iter()
+                .map(|e| (e.log_id.leader_id.term, e.log_id.index))
+                .collect()
+        }
+    }
+
+    fn open(dir: &Path, segment: u64) -> Arc<LogDb> {
+        LogDb::open(dir, segment, 2, Arc::new(Metrics::default())).unwrap()
+    }
+
+    #[tokio::test]
+    async fn replay_restores_entries_votes_truncations_and_purges_per_group() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let log = open(dir.path(), 1 << 20);
+            let (mut a, mut b) = (log.group(0), log.group(1));
+            a.append_now((1..=9).map(|i| entry(1, i)).collect()).await;
+            b.append_now((1..=3).map(|i| entry(1, i)).collect()).await;
+            a.save_vote(&Vote::new(2, 1)).await.unwrap();
+            // A new leader replaces 7.. with its own entries.
+            a.truncate(LogId::new(CommittedLeaderId::new(1, 1), 7))
+                .await
+                .unwrap();
+            a.append_now(vec![entry(2, 7), entry(2, 8)]).await;
+            a.purge(LogId::new(CommittedLeaderId::new(1, 1), 3))
+                .await
+                .unwrap();
+            // The purge is written behind the next durable change.
+            b.save_vote(&Vote::new(1, 2)).await.unwrap();
+        }
+        let log = open(dir.path(), 1 << 20);
+        let (mut a, mut b) = (log.group(0), log.group(1));
+        let expected: Vec<(u64, u64)> = (4..=6).map(|i| (1, i)).chain([(2, 7), (2, 8)]).collect();
+        assert_eq!(a.indexes().await, expected);
+        let state = a.get_log_state().await.unwrap();
+        assert_eq!(state.last_purged_log_id.map(|id| id.index), Some(3));
+        assert_eq!(
+            state.last_log_id.map(|id| (id.leader_id.term, id.index)),
+            Some((2, 8))
+        );
+        assert_eq!(a.read_vote().await.unwrap(), Some(Vote::new(2, 1)));
+        assert_eq!(b.indexes().await, vec![(1, 1), (1, 2), (1, 3)]);
+        assert_eq!(b.read_vote().await.unwrap(), Some(Vote::new(1, 2)));
+    }
+
+    #[tokio::test]
+    async fn segments_go_once_every_group_purged_them_and_votes_survive() {
+        let dir = tempfile::tempdir().unwrap();
+        let segments = |dir: &Path| {
+            std::fs::read_dir(dir)
+                .unwrap()
+                .filter(|e| {
+                    e.as_ref()
+                        .unwrap()
+                        .path()
+                        .extension()
+                        .is_some_and(|x| x == "wal")
+                })
+                .count()
+        };
+        {
+            let log = open(dir.path(), 16 * 1024);
+            let (mut a, mut b) = (log.group(0), log.group(1));
+            a.save_vote(&Vote::new(5, 1)).await.unwrap();
+            b.append_now(vec![entry(1, 1)]).await;
+            for i in 1..=3000 {
+                a.append_now(vec![entry(1, i)]).await;
+            }
+            let many = segments(dir.path());
+            assert!(many > 3, "{many} segments");
+            // Group 1 still holds entry 1 in the first segment: nothing can go.
+            a.purge(LogId::new(CommittedLeaderId::new(1, 1), 2990))
+                .await
+                .unwrap();
+            a.append_now(vec![entry(1, 3001)]).await;
+            assert_eq!(segments(dir.path()), many);
+            b.purge(LogId::new(CommittedLeaderId::new(1, 1), 1))
+                .await
+                .unwrap();
+            // Enough records to write a summary, so the first segment's vote is not needed.
+            for i in 3002..=3002 + SUMMARY_EVERY {
+                a.append_now(vec![entry(1, i)]).await;
+            }
+            a.purge(LogId::new(
+                CommittedLeaderId::new(1, 1),
+                3002 + SUMMARY_EVERY - 5,
+            ))
+            .await
+            .unwrap();
+            a.append_now(vec![entry(1, 3003 + SUMMARY_EVERY)]).await;
+            assert!(segments(dir.path()) < many, "old segments were deleted");
+        }
+        let log = open(dir.path(), 16 * 1024);
+        let mut a = log.group(0);
+        assert_eq!(a.read_vote().await.unwrap(), Some(Vote::new(5, 1)));
+        let kept = a.indexes().await;
+        assert_eq!(kept.first().map(|k| k.1), Some(3002 + SUMMARY_EVERY - 4));
+        assert_eq!(kept.last().map(|k| k.1), Some(3003 + SUMMARY_EVERY));
     }
 }

@@ -14,6 +14,7 @@ use crate::storage::Store;
 const MAX_EFFECTS: usize = 64 * 1024;
 /// redb transactions have a fixed cost; gathering the batches of a few milliseconds into one
 /// keeps the applier's CPU small. Readers do not wait: unstored records stay in the tail cache.
+/// (A replicated node's per-group appliers measured slower at 250 ms than at 50 ms.)
 const MIN_COMMIT_INTERVAL: Duration = Duration::from_millis(50);
 
 /// The effects of the log up to `seq`, for redb.

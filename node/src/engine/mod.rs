@@ -204,10 +204,13 @@ impl Engine {
         limits: Limits,
         wal_config: &crate::config::WalConfig,
         metrics: Arc<Metrics>,
+        group_count: usize,
     ) -> Result<(Arc<Self>, ReplicaParts), EngineError> {
         let store = Arc::new(Store::open(dir)?);
         let (machine, applied) = store.load(limits)?;
-        let registry = Arc::new(Registry::new(TAIL_CACHE_BYTES, applied));
+        // The node's tail-cache memory is shared out among its groups.
+        let cache = (TAIL_CACHE_BYTES / group_count.max(1)).max(32 * 1024 * 1024);
+        let registry = Arc::new(Registry::new(cache, applied));
         registry.reset(machine.buckets(), machine.streams().map(|s| &s.meta));
         let (to_applier, applier_inbox) = std::sync::mpsc::sync_channel(APPLIER_BACKLOG);
         let applier = Applier {

@@ -73,7 +73,12 @@ impl Wal {
                 path,
             };
             let is_last = i + 1 == firsts.len();
-            let torn = end < bytes.len() && bytes[end..].iter().take(HEADER).any(|b| *b != 0);
+            // What follows a closed segment's records is either zeros or the old records of a
+            // recycled segment, which cannot be told from a torn write byte by byte. Segment
+            // names can: the next segment must start with the very next record.
+            let torn = firsts
+                .get(i + 1)
+                .is_some_and(|next| Some(*next) != expected_seq.or(Some(*first)));
             if is_last {
                 active = Some((segment, end as u64));
             } else if torn {
@@ -322,6 +327,35 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A recycled segment, once filled and closed, still holds old records after its new
+    /// ones. They are a clean end, not a torn record: the segments after it must survive.
+    #[test]
+    fn segments_after_a_closed_recycled_segment_survive_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut wal, _) = Wal::open(dir.path(), 4096).unwrap();
+        // Smaller records first: the larger ones written over them later end short of the
+        // segment's old end and leave parts of old records behind.
+        for seq in 1..=100u64 {
+            wal.append(seq, &[1; 100]).unwrap();
+        }
+        if let Some(spare) = wal.spare.take() {
+            spare.join().unwrap().unwrap();
+        }
+        wal.purge_through(35);
+        assert!(wal.recycled, "the first segment became the spare");
+        // Fill the recycled segment and roll past it.
+        for seq in 101..=120u64 {
+            wal.append(seq, &[2; 300]).unwrap();
+        }
+        assert!(!wal.recycled, "the recycled segment was used");
+        drop(wal);
+        let (_, replay) = Wal::open(dir.path(), 4096).unwrap();
+        let seqs: Vec<u64> = replay.iter().map(|r| r.seq).collect();
+        assert_eq!(seqs.last(), Some(&120), "the newest records are there");
+        let first = seqs[0];
+        assert_eq!(seqs, (first..=120).collect::<Vec<_>>());
+    }
 
     #[test]
     fn records_survive_reopen_and_rollover() {

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Replication benchmark: a 3-voter ursula cluster on loopback (fsync on every voter) against a
+# single ursula node of the same build, alternating rounds in one run, same load generator.
+# Streams are spread over 16 buckets, so over the cluster's Raft groups; the load generator
+# starts at voter 1 and follows 307s to each stream's leader, as a client does.
+#
+# Usage: e2e/bench/cluster.sh [--rounds N] [--duration 10s]
+# Prints one JSON line per measurement, then medians, the cluster/single ratio, and fsyncs per
+# append (log commits of all voters over appends).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$root"
+rounds=3
+duration=10s
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rounds) rounds="$2"; shift 2 ;;
+    --duration) duration="$2"; shift 2 ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+
+cargo build --release --locked -p ursula-node -p ursula-bench
+node="$root/target/release/ursula-node"
+bench="$root/target/release/ursula-bench"
+work="$(mktemp -d)"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+trap cleanup EXIT
+
+"$node" --data-dir "$work/single" --listen 127.0.0.1:4737 --admin-listen 127.0.0.1:4738 \
+  2>"$work/single.log" &
+pids+=($!)
+peers=""
+for id in 1 2 3; do
+  p=$((4740 + 10 * id))
+  peers+="[[raft.peers]]\nid = $id\ncluster_url = \"http://127.0.0.1:$((p + 2))\"\nclient_url = \"http://127.0.0.1:$p\"\n"
+done
+for id in 1 2 3; do
+  p=$((4740 + 10 * id))
+  printf "node_id = $id\ndata_dir = \"$work/voter-$id\"\n[server]\nlisten = \"127.0.0.1:$p\"\nadmin_listen = \"127.0.0.1:$((p + 1))\"\ncluster_listen = \"127.0.0.1:$((p + 2))\"\n[raft]\ngroup_count = 16\n$peers" \
+    >"$work/voter-$id.toml"
+  "$node" --config "$work/voter-$id.toml" 2>"$work/voter-$id.log" &
+  pids+=($!)
+done
+for _ in $(seq 1 100); do
+  ready=0
+  for id in 1 2 3; do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$((4741 + 10 * id))/readyz" || true)" = 200 ] && ready=$((ready + 1))
+  done
+  [ "$ready" = 3 ] && break
+  sleep 0.1
+done
+
+results="$work/results.jsonl"
+for round in $(seq 1 "$rounds"); do
+  for target in single:4737 cluster:4750; do
+    label="${target%%:*}"; port="${target##*:}"
+    "$bench" --url "http://127.0.0.1:$port" --label "$label" --prefix /bench append \
+      --buckets 16 --duration "$duration" | tee -a "$results"
+  done
+done
+metric() { curl -s "http://127.0.0.1:$1/metrics" | awk -v m="$2" '$1 == m {print $2}'; }
+commits=0
+for id in 1 2 3; do
+  port=$((4741 + 10 * id))
+  count="$(metric "$port" ursula_commit_batches_total)"
+  commits=$((commits + ${count%.*}))
+done
+appends="$(metric 4751 ursula_appends_total)"
+echo "{\"bench\":\"fsync\",\"label\":\"cluster\",\"appends\":$appends,\"log_commits_all_voters\":$commits}" | tee -a "$results"
+
+python3 - "$results" <<'PY'
+import json, sys, statistics
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+def med(label, key):
+    vals = [r[key] for r in rows if r["label"] == label and r["bench"] == "append"]
+    return statistics.median(vals)
+s, c = med("single", "appends_per_sec"), med("cluster", "appends_per_sec")
+print()
+print("append (100 streams in 16 buckets, 32 writers, 256 B), median of rounds:")
+print(f"  single node:       {s:8.0f}/s  p50 {med('single','p50_ms'):.3f} ms  p99 {med('single','p99_ms'):.3f} ms")
+print(f"  3-voter cluster:   {c:8.0f}/s  p50 {med('cluster','p50_ms'):.3f} ms  p99 {med('cluster','p99_ms'):.3f} ms")
+print(f"  ratio cluster/single: {c / s:.2f}x")
+f = [x for x in rows if x["bench"] == "fsync"][0]
+print(f"cluster fsyncs per append (log commits of all 3 voters / appends): {f['log_commits_all_voters'] / max(f['appends'], 1):.3f}")
+PY
