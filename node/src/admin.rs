@@ -114,7 +114,10 @@ async fn route(admin: &Admin, request: &Request<Incoming>) -> Result<Response<Bo
 /// the replicas agree (the client API always answers from the leader).
 fn replica(admin: &Admin, bucket: &str, stream: &str) -> Result<Response<Body>, ApiError> {
     use sha2::Digest;
-    let engine = admin.groups.for_bucket(bucket);
+    let engine = admin
+        .groups
+        .for_bucket(bucket)
+        .map_err(crate::http::not_hosted)?;
     let path = crate::machine::StreamPath::new(bucket, stream);
     let (handle, meta) = match engine.lookup(&path, crate::engine::now_ms()) {
         crate::engine::Lookup::Live(handle, meta) => (handle, meta),
@@ -164,6 +167,7 @@ async fn purge(admin: &Admin, bucket: &str) -> Result<Response<Body>, ApiError> 
     let outcome = admin
         .groups
         .for_bucket(bucket)
+        .map_err(crate::http::not_hosted)?
         .clone()
         .propose(Command::PurgeBucket {
             bucket: bucket.to_owned(),

@@ -86,6 +86,19 @@ pub struct RaftConfig {
     pub snapshot_entries: u64,
     /// Entries kept behind a snapshot, so that briefly lagging followers catch up from the log.
     pub entries_kept_after_snapshot: u64,
+    /// Bytes of creates and appends a group may have proposed but not yet applied; more are
+    /// refused (`RaftUncommittedBackpressure`).
+    pub max_uncommitted_size_per_group: u64,
+    /// Groups replicated by a subset of the voters; a group not listed is on every voter.
+    pub group_voters: Vec<GroupVoters>,
+}
+
+/// The voters of one group, when not all of them.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupVoters {
+    pub group: usize,
+    pub voters: Vec<u64>,
 }
 
 /// A voter: its ID, where peers reach it, and where clients are sent to reach it.
@@ -127,6 +140,8 @@ impl Default for RaftConfig {
             election_timeout: Duration::from_millis(1000),
             snapshot_entries: 20_000,
             entries_kept_after_snapshot: 1_000,
+            max_uncommitted_size_per_group: 64 * 1024 * 1024,
+            group_voters: Vec::new(),
         }
     }
 }
@@ -261,6 +276,31 @@ impl Config {
                 key: "raft.group_count",
                 message: "must be between 1 and 4096".into(),
             });
+        }
+        let mut listed = std::collections::HashSet::new();
+        for entry in &self.raft.group_voters {
+            let invalid = |message: String| ConfigError::Invalid {
+                key: "raft.group_voters",
+                message,
+            };
+            if entry.group >= self.raft.group_count {
+                return Err(invalid(format!(
+                    "group {} is not below raft.group_count {}",
+                    entry.group, self.raft.group_count
+                )));
+            }
+            if !listed.insert(entry.group) {
+                return Err(invalid(format!("group {} is listed twice", entry.group)));
+            }
+            if entry.voters.is_empty() {
+                return Err(invalid(format!("group {} has no voters", entry.group)));
+            }
+            if let Some(stranger) = entry.voters.iter().find(|v| !ids.contains(v)) {
+                return Err(invalid(format!(
+                    "voter {stranger} of group {} is not among raft.peers",
+                    entry.group
+                )));
+            }
         }
         if self.raft.election_timeout < self.raft.heartbeat_interval * 3 {
             return Err(ConfigError::Invalid {

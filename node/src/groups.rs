@@ -11,38 +11,64 @@ use crate::engine::Engine;
 const READY_APPLY_LAG: u64 = 1024;
 
 pub struct Groups {
-    engines: Vec<Arc<Engine>>,
+    /// By group; `None` for a group this node does not host.
+    engines: Vec<Option<Arc<Engine>>>,
     pub cluster: Option<Arc<ClusterView>>,
+}
+
+/// A bucket whose group this node does not host, and the voters that do.
+#[derive(Debug)]
+pub struct NotHosted {
+    pub group: usize,
+    pub voters: Vec<u64>,
 }
 
 impl Groups {
     pub fn single(engine: Arc<Engine>) -> Self {
         Self {
-            engines: vec![engine],
+            engines: vec![Some(engine)],
             cluster: None,
         }
     }
 
-    pub fn replicated(engines: Vec<Arc<Engine>>, cluster: Arc<ClusterView>) -> Self {
+    pub fn replicated(engines: Vec<Option<Arc<Engine>>>, cluster: Arc<ClusterView>) -> Self {
         Self {
             engines,
             cluster: Some(cluster),
         }
     }
 
-    /// The engine of the group that holds `bucket`'s streams.
-    pub fn for_bucket(&self, bucket: &str) -> &Arc<Engine> {
-        &self.engines[group_of(bucket, self.engines.len())]
+    /// The engine of the group that holds `bucket`'s streams, if this node hosts it.
+    pub fn for_bucket(&self, bucket: &str) -> Result<&Arc<Engine>, NotHosted> {
+        let group = group_of(bucket, self.engines.len());
+        match &self.engines[group] {
+            Some(engine) => Ok(engine),
+            None => Err(NotHosted {
+                group,
+                voters: self
+                    .cluster
+                    .as_ref()
+                    .map(|view| view.voters_of(group))
+                    .unwrap_or_default(),
+            }),
+        }
     }
 
-    pub fn all(&self) -> &[Arc<Engine>] {
-        &self.engines
+    /// The groups this node hosts, with their group numbers.
+    pub fn hosted(&self) -> impl Iterator<Item = (usize, &Arc<Engine>)> {
+        self.engines
+            .iter()
+            .enumerate()
+            .filter_map(|(group, engine)| engine.as_ref().map(|e| (group, e)))
+    }
+
+    pub fn all(&self) -> impl Iterator<Item = &Arc<Engine>> {
+        self.hosted().map(|(_, engine)| engine)
     }
 
     /// Groups whose leader is this node.
     pub fn led_here(&self) -> usize {
-        self.engines
-            .iter()
+        self.all()
             .filter_map(|engine| engine.raft())
             .filter(|raft| {
                 let metrics = raft.metrics();
@@ -55,7 +81,7 @@ impl Groups {
     /// Hands every group's leadership away (see `Engine::set_draining`) and waits, up to
     /// `wait`, until this node leads none. Returns how many it still leads.
     pub async fn drain(&self, wait: std::time::Duration) -> usize {
-        for engine in &self.engines {
+        for engine in self.all() {
             engine.set_draining(true);
         }
         let deadline = tokio::time::Instant::now() + wait;
@@ -69,7 +95,7 @@ impl Groups {
     }
 
     pub fn undrain(&self) {
-        for engine in &self.engines {
+        for engine in self.all() {
             engine.set_draining(false);
         }
     }
@@ -77,7 +103,7 @@ impl Groups {
     /// Ready: every group knows a leader and has applied what it received (a single node
     /// always is).
     pub fn caught_up(&self) -> Result<(), String> {
-        for (group, engine) in self.engines.iter().enumerate() {
+        for (group, engine) in self.hosted() {
             let Some(raft) = engine.raft() else { continue };
             let metrics = raft.metrics();
             let metrics = metrics.borrow();

@@ -36,7 +36,10 @@ pub async fn sweep(engine: Arc<Engine>) {
 /// The bucket of `/v1/stream/{name}` exists on every cluster: its group's leader creates it
 /// once, whichever node that is.
 pub async fn ensure_bucket(groups: Arc<Groups>, bucket: String) {
-    let engine = groups.for_bucket(&bucket).clone();
+    // A node that does not host the bucket's group leaves it to the voters that do.
+    let Ok(engine) = groups.for_bucket(&bucket).cloned() else {
+        return;
+    };
     loop {
         if engine.bucket(&bucket).is_some() {
             return;

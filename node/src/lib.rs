@@ -114,7 +114,12 @@ pub async fn start(config: Config) -> Result<Node, StartError> {
             let (engines, log) = cluster::bootstrap::start_groups(&config, &view)
                 .await
                 .map_err(StartError::Cluster)?;
-            let rafts = Arc::new(engines.iter().filter_map(|e| e.raft().cloned()).collect());
+            let rafts = Arc::new(
+                engines
+                    .iter()
+                    .map(|e| e.as_ref().and_then(|e| e.raft().cloned()))
+                    .collect(),
+            );
             tokio::spawn(cluster::service::serve(
                 listener,
                 rafts,

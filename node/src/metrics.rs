@@ -6,7 +6,7 @@ use crate::groups::Groups;
 
 pub fn render(groups: &Groups, out: &mut String) {
     // All groups of a node share one metrics object.
-    if let Some(engine) = groups.all().first() {
+    if let Some(engine) = groups.all().next() {
         engine.metrics.render(out);
     }
     if groups.cluster.is_none() {
@@ -35,27 +35,29 @@ pub fn render(groups: &Groups, out: &mut String) {
             "Log entries received but not yet applied.",
         ),
     ];
-    let rows: Vec<[u64; 6]> = groups
-        .all()
-        .iter()
-        .filter_map(|engine| engine.raft())
-        .map(|raft| {
+    let rows: Vec<(usize, [u64; 6])> = groups
+        .hosted()
+        .filter_map(|(group, engine)| engine.raft().map(|raft| (group, raft)))
+        .map(|(group, raft)| {
             let m = raft.metrics().borrow().clone();
             let last_log = m.last_log_index.unwrap_or(0);
             let applied = m.last_applied.map_or(0, |id| id.index);
-            [
-                u64::from(m.current_leader == Some(m.id)),
-                m.current_leader.unwrap_or(0),
-                m.current_term,
-                last_log,
-                applied,
-                last_log.saturating_sub(applied),
-            ]
+            (
+                group,
+                [
+                    u64::from(m.current_leader == Some(m.id)),
+                    m.current_leader.unwrap_or(0),
+                    m.current_term,
+                    last_log,
+                    applied,
+                    last_log.saturating_sub(applied),
+                ],
+            )
         })
         .collect();
     for (column, (name, help)) in gauges.iter().enumerate() {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
-        for (group, row) in rows.iter().enumerate() {
+        for (group, row) in &rows {
             let _ = writeln!(out, "{name}{{group=\"{group}\"}} {}", row[column]);
         }
     }

@@ -29,12 +29,13 @@ fn raft_config(config: &Config) -> Result<Arc<openraft::Config>, String> {
         .map_err(|e| format!("invalid Raft settings: {e}"))
 }
 
-/// Opens and starts every group. A group whose log is empty joins the static membership of
-/// `raft.peers`; every voter does the same, so they all hold the same first entry.
+/// Opens and starts every group this node hosts (`None` for the others). A group whose log is
+/// empty joins its static membership; every voter of it does the same, so they all hold the
+/// same first entry.
 pub async fn start_groups(
     config: &Config,
     view: &Arc<ClusterView>,
-) -> Result<(Vec<Arc<Engine>>, Arc<LogDb>), String> {
+) -> Result<(Vec<Option<Arc<Engine>>>, Arc<LogDb>), String> {
     let metrics = Arc::new(Metrics::default());
     let log = LogDb::open(
         &config.data_dir.join("raft"),
@@ -47,6 +48,10 @@ pub async fn start_groups(
     let urls = Arc::new(cluster_urls(view));
     let mut engines = Vec::with_capacity(config.raft.group_count);
     for group in 0..config.raft.group_count {
+        if !view.hosts(group) {
+            engines.push(None);
+            continue;
+        }
         let dir = config.data_dir.join("groups").join(group.to_string());
         let (engine, parts) = Engine::open_replica(
             &dir,
@@ -54,6 +59,7 @@ pub async fn start_groups(
             &config.raft.wal,
             metrics.clone(),
             config.raft.group_count,
+            config.raft.max_uncommitted_size_per_group,
         )
         .map_err(|e| format!("group {group}: {e}"))?;
         let group = group as u32;
@@ -81,19 +87,20 @@ pub async fn start_groups(
         if !initialized {
             // Each group's first leader is its preferred voter, so that leadership starts out
             // spread over the voters. The others initialize too, later, in case it is down.
-            let voters: Vec<_> = view.peers.keys().copied().collect();
+            let voters = view.voters_of(group as usize);
             let preferred = voters[group as usize % voters.len()];
             let delay = if preferred == view.node_id {
                 std::time::Duration::ZERO
             } else {
                 config.raft.election_timeout * 3
             };
-            tokio::spawn(initialize(raft.clone(), membership(view), delay, group));
+            let members = membership(view, group as usize);
+            tokio::spawn(initialize(raft.clone(), members, delay, group));
         }
         let budget = config.raft.snapshot_log_budget / config.raft.group_count as u64;
         tokio::spawn(snapshot_on_log_bytes(raft.clone(), watched, budget.max(1)));
         engine.set_raft(raft);
-        engines.push(engine);
+        engines.push(Some(engine));
     }
     Ok((engines, log))
 }

@@ -28,6 +28,8 @@ pub struct ClusterView {
     pub node_id: NodeId,
     /// Every voter by ID, including this node.
     pub peers: BTreeMap<NodeId, Peer>,
+    /// Groups on a subset of the voters.
+    group_voters: HashMap<usize, Vec<NodeId>>,
 }
 
 impl ClusterView {
@@ -41,10 +43,35 @@ impl ClusterView {
             .iter()
             .map(|peer| (peer.id, peer.clone()))
             .collect();
+        let group_voters = config
+            .raft
+            .group_voters
+            .iter()
+            .map(|entry| {
+                let mut voters = entry.voters.clone();
+                voters.sort_unstable();
+                voters.dedup();
+                (entry.group, voters)
+            })
+            .collect();
         Some(Arc::new(Self {
             node_id: config.node_id,
             peers,
+            group_voters,
         }))
+    }
+
+    /// The voters of `group`, in ID order.
+    pub fn voters_of(&self, group: usize) -> Vec<NodeId> {
+        self.group_voters
+            .get(&group)
+            .cloned()
+            .unwrap_or_else(|| self.peers.keys().copied().collect())
+    }
+
+    /// Whether this node hosts a replica of `group`.
+    pub fn hosts(&self, group: usize) -> bool {
+        self.voters_of(group).contains(&self.node_id)
     }
 
     pub fn client_url(&self, id: NodeId) -> Option<&str> {
@@ -52,10 +79,11 @@ impl ClusterView {
     }
 }
 
-/// Node IDs to `BasicNode`s for openraft's membership: the static voter set.
-pub fn membership(view: &ClusterView) -> BTreeMap<NodeId, openraft::BasicNode> {
-    view.peers
-        .values()
+/// Node IDs to `BasicNode`s for openraft's membership: the group's static voter set.
+pub fn membership(view: &ClusterView, group: usize) -> BTreeMap<NodeId, openraft::BasicNode> {
+    view.voters_of(group)
+        .into_iter()
+        .filter_map(|id| view.peers.get(&id))
         .map(|peer| (peer.id, openraft::BasicNode::new(&peer.cluster_url)))
         .collect()
 }

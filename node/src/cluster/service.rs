@@ -22,7 +22,7 @@ const MAX_RPC_BYTES: usize = 256 * 1024 * 1024;
 
 pub async fn serve(
     listener: TcpListener,
-    rafts: Arc<Vec<Raft>>,
+    rafts: Arc<Vec<Option<Raft>>>,
     mut stopping: watch::Receiver<bool>,
 ) {
     loop {
@@ -75,7 +75,7 @@ fn encoded<T: Serialize>(value: &T) -> Response<Full<Bytes>> {
 }
 
 async fn handle(
-    rafts: Arc<Vec<Raft>>,
+    rafts: Arc<Vec<Option<Raft>>>,
     request: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let path = request.uri().path().to_owned();
@@ -92,7 +92,7 @@ async fn handle(
         .parse::<usize>()
         .ok()
         .and_then(|g| rafts.get(g))
-        .cloned()
+        .and_then(Option::clone)
     else {
         return Ok(answer(StatusCode::NOT_FOUND, b"no such group".to_vec()));
     };

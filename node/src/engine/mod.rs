@@ -48,6 +48,11 @@ pub enum EngineError {
     NotLeader { leader: Option<NodeId> },
     #[error("replication failed: {0}")]
     Replication(String),
+    /// Refused before proposing: the group has too many body bytes proposed and not applied.
+    #[error(
+        "the stream's Raft group has {proposed} body bytes proposed and not yet applied, at most {limit} may be"
+    )]
+    UncommittedBackpressure { proposed: u64, limit: u64 },
 }
 
 impl From<StorageError> for EngineError {
@@ -72,6 +77,19 @@ enum Proposer {
     Raft(std::sync::OnceLock<Raft>),
 }
 
+/// Releases a body's bytes from the group's proposed-but-unapplied count.
+struct UncommittedGuard {
+    counter: Arc<std::sync::atomic::AtomicU64>,
+    bytes: u64,
+}
+
+impl Drop for UncommittedGuard {
+    fn drop(&mut self) {
+        self.counter
+            .fetch_sub(self.bytes, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 /// Where the leader of an engine's group is, as this node knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Leadership {
@@ -92,6 +110,10 @@ pub struct ReplicaParts {
 
 pub struct Engine {
     proposer: Proposer,
+    /// Body bytes of creates and appends proposed to Raft and not yet answered, and the most
+    /// there may be (`raft.max_uncommitted_size_per_group`).
+    uncommitted: Arc<std::sync::atomic::AtomicU64>,
+    max_uncommitted: u64,
     /// Set while the node drains: it takes no writes and lets its groups' leadership go.
     draining: std::sync::atomic::AtomicBool,
     store: Arc<Store>,
@@ -188,6 +210,8 @@ impl Engine {
             .map_err(spawn_error)?;
         Ok(Arc::new(Self {
             proposer: Proposer::Local(inbox),
+            uncommitted: Default::default(),
+            max_uncommitted: u64::MAX,
             draining: Default::default(),
             store,
             registry,
@@ -205,6 +229,7 @@ impl Engine {
         wal_config: &crate::config::WalConfig,
         metrics: Arc<Metrics>,
         group_count: usize,
+        max_uncommitted: u64,
     ) -> Result<(Arc<Self>, ReplicaParts), EngineError> {
         let store = Arc::new(Store::open(dir)?);
         let (machine, applied) = store.load(limits)?;
@@ -225,6 +250,8 @@ impl Engine {
             .map_err(|e| EngineError::Storage(format!("cannot start a thread: {e}")))?;
         let engine = Arc::new(Self {
             proposer: Proposer::Raft(std::sync::OnceLock::new()),
+            uncommitted: Default::default(),
+            max_uncommitted,
             draining: Default::default(),
             store: store.clone(),
             registry: registry.clone(),
@@ -290,6 +317,7 @@ impl Engine {
             }
             Proposer::Raft(slot) => {
                 let raft = slot.get().ok_or(EngineError::NotLeader { leader: None })?;
+                let _held = self.hold_uncommitted(command.body_len())?;
                 crate::cluster::propose(raft, command).await
             }
         }
@@ -308,6 +336,30 @@ impl Engine {
 
     pub fn is_draining(&self) -> bool {
         self.draining.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Counts a body as proposed until the guard drops, or refuses it (before anything is
+    /// proposed) when the group already has too much proposed and not yet applied.
+    fn hold_uncommitted(&self, bytes: u64) -> Result<Option<UncommittedGuard>, EngineError> {
+        use std::sync::atomic::Ordering;
+        if bytes == 0 {
+            return Ok(None);
+        }
+        let held = self
+            .uncommitted
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| {
+                (now.saturating_add(bytes) <= self.max_uncommitted).then_some(now + bytes)
+            });
+        match held {
+            Ok(_) => Ok(Some(UncommittedGuard {
+                counter: self.uncommitted.clone(),
+                bytes,
+            })),
+            Err(now) => Err(EngineError::UncommittedBackpressure {
+                proposed: now,
+                limit: self.max_uncommitted,
+            }),
+        }
     }
 
     /// Pending TTL resets from reads, as a command for the group's leader to propose.

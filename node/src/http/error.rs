@@ -164,6 +164,10 @@ impl From<EngineError> for ApiError {
             EngineError::Replication(message) => {
                 Self::new(ErrorToken::Unavailable, message).after_proposal()
             }
+            // Refused before anything was proposed: marked by the write path.
+            error @ EngineError::UncommittedBackpressure { .. } => {
+                Self::new(ErrorToken::RaftUncommittedBackpressure, error.to_string())
+            }
         }
     }
 }

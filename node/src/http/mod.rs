@@ -38,22 +38,24 @@ pub struct App {
 }
 
 impl App {
-    /// The engine of the group that holds `bucket`'s streams.
-    pub fn engine(&self, bucket: &str) -> &Arc<Engine> {
-        self.groups.for_bucket(bucket)
+    /// The engine of the group that holds `bucket`'s streams. `dispatch` refuses requests
+    /// for groups this node does not host before any handler runs.
+    pub fn engine(&self, bucket: &str) -> Result<&Arc<Engine>, ApiError> {
+        self.groups.for_bucket(bucket).map_err(not_hosted)
     }
 
     /// Refuses a request for a group this node does not lead.
     fn require_leader(&self, bucket: &str) -> Result<(), ApiError> {
-        match self.engine(bucket).leadership() {
+        match self.engine(bucket)?.leadership() {
             Leadership::Here => Ok(()),
             Leadership::Elsewhere(id) => Err(ApiError::not_leader(Some(id))),
             Leadership::Unknown => Err(ApiError::not_leader(None)),
         }
     }
 
-    /// A `NotLeader` refusal that names a leader becomes a redirect to it: 307 to its client
-    /// URL with the same path and query, naming it in `x-ursula-leader-id`.
+    /// A `NotLeader` refusal that names a leader, or a `GroupNotHosted` one that names a voter
+    /// of the group, becomes a redirect to that node: 307 to its client URL with the same path
+    /// and query, naming it in `x-ursula-leader-id` (which gateways follow).
     fn redirect(&self, mut error: ApiError, uri: &http::Uri) -> ApiError {
         let (Some(leader), Some(cluster)) = (error.leader, &self.groups.cluster) else {
             return error;
@@ -66,6 +68,17 @@ impl App {
         error
             .with_header("location", format!("{}{path}", base.trim_end_matches('/')))
             .with_header(ursula_wire::headers::LEADER_ID, leader.to_string())
+    }
+}
+
+pub(crate) fn not_hosted(not_hosted: crate::groups::NotHosted) -> ApiError {
+    let message = format!(
+        "this node does not host the stream's Raft group {}; voters {:?} do",
+        not_hosted.group, not_hosted.voters
+    );
+    ApiError {
+        leader: not_hosted.voters.first().copied(),
+        ..ApiError::new(ErrorToken::GroupNotHosted, message)
     }
 }
 
@@ -123,7 +136,7 @@ pub async fn handle(
     let cors = request.headers().contains_key(http::header::ORIGIN);
     let uri = request.uri().clone();
     let mut response = dispatch(&app, request).await.unwrap_or_else(|error| {
-        if error.token == ErrorToken::NotLeader {
+        if matches!(error.token, ErrorToken::NotLeader | ErrorToken::GroupNotHosted) {
             app.redirect(error, &uri).into_response()
         } else {
             error.into_response()
@@ -152,6 +165,16 @@ async fn dispatch(app: &App, request: Request<Incoming>) -> Result<Response<Body
                 e
             }
         })?;
+    // A group this node does not host: sent to a node that does. Creates, appends, closes
+    // and deletes of streams are the refusals the spec marks.
+    if let Err(error) = app.engine(target.bucket()) {
+        let stream_write = matches!(target, Target::Stream(_)) && is_write;
+        return Err(if stream_write {
+            error.marked_if_unproposed()
+        } else {
+            error.unmarked()
+        });
+    }
     if is_write {
         return write(app, request, target).await;
     }

@@ -13,6 +13,8 @@ use http::{Response, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use tokio::sync::mpsc;
+
+use super::error::ApiError;
 use tokio::time::Instant;
 use ursula_wire::headers;
 
@@ -34,11 +36,11 @@ pub fn respond(
     meta: &StreamMeta,
     from: u64,
     client_cursor: Option<String>,
-) -> Response<Body> {
+) -> Result<Response<Body>, ApiError> {
     let base64 = !is_text(&meta.content_type);
     let (tx, rx) = mpsc::channel::<Bytes>(16);
     let session = Session {
-        engine: app.engine(&meta.path.bucket).clone(),
+        engine: app.engine(&meta.path.bucket)?.clone(),
         handle,
         base64,
         chunk_size: app.config.server.read_chunk_size,
@@ -53,12 +55,12 @@ pub fn respond(
             .await
             .map(|bytes| (Ok::<_, Infallible>(Frame::data(bytes)), rx))
     });
-    Reply::new(StatusCode::OK)
+    Ok(Reply::new(StatusCode::OK)
         .header("content-type", "text/event-stream")
         .header("cache-control", "no-cache")
         .header_if(base64, headers::STREAM_SSE_DATA_ENCODING, "base64")
         .stream_body(StreamBody::new(events).boxed_unsync())
-        .build()
+        .build())
 }
 
 /// Text and JSON streams are sent as text; every other type as base64.

@@ -76,6 +76,17 @@ pub struct PublishSnapshot {
     pub now_ms: u64,
 }
 
+impl Command {
+    /// Bytes of data the command carries (an append's or a create's body).
+    pub fn body_len(&self) -> u64 {
+        match self {
+            Self::Create(create) => create.initial.as_ref().map_or(0, |p| p.bytes.len() as u64),
+            Self::Append(append) => append.payload.as_ref().map_or(0, |p| p.bytes.len() as u64),
+            _ => 0,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
     CreateBucket {

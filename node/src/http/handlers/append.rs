@@ -57,7 +57,7 @@ pub async fn handle(
         }
     };
     let wrote_data = payload.is_some();
-    let engine = app.engine(&path.bucket).clone();
+    let engine = app.engine(&path.bucket)?.clone();
     let command = Command::Append(AppendStream {
         path,
         content_type: requested_type,

@@ -8,7 +8,7 @@ use crate::machine::{Command, Outcome};
 /// `PUT /{bucket}`: 201 when new, 200 when it exists. The ID was validated by the router.
 pub async fn create(app: &App, bucket: String) -> Result<Response<Body>, ApiError> {
     let outcome = app
-        .engine(&bucket)
+        .engine(&bucket)?
         .clone()
         .propose(Command::CreateBucket { bucket })
         .await?;

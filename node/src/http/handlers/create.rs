@@ -60,7 +60,7 @@ pub async fn handle(
         })
     };
 
-    let engine = app.engine(&path.bucket).clone();
+    let engine = app.engine(&path.bucket)?.clone();
     let command = Command::Create(CreateStream {
         path,
         content_type: requested_type,
@@ -170,7 +170,7 @@ fn prepare_fork(app: &App, fork: ForkHeaders, now: u64) -> Result<(ForkSpec, Str
         }
         return Ok((spec, source_type));
     };
-    let slices = app.engine(&meta.path.bucket).read(&handle, &meta, at, 1)?;
+    let slices = app.engine(&meta.path.bucket)?.read(&handle, &meta, at, 1)?;
     let message = slices.first().filter(|slice| slice.start == at);
     let json = meta.is_json();
     if json && message.is_none() {

@@ -36,7 +36,7 @@ pub fn head(app: &App, path: &StreamPath) -> Result<Response<Body>, ApiError> {
 }
 
 pub async fn delete(app: &App, path: StreamPath) -> Result<Response<Body>, ApiError> {
-    app.engine(&path.bucket)
+    app.engine(&path.bucket)?
         .clone()
         .propose(Command::Delete {
             path,

@@ -24,14 +24,14 @@ pub fn live_stream(
     path: &StreamPath,
     now_ms: u64,
 ) -> Result<(Arc<StreamHandle>, Arc<StreamMeta>), ApiError> {
-    match app.engine(&path.bucket).bucket(&path.bucket) {
+    match app.engine(&path.bucket)?.bucket(&path.bucket) {
         Some(BucketState::Active) => {}
         Some(BucketState::Fenced) => {
             return Err(Refusal::BucketFenced(path.bucket.clone()).into());
         }
         None => return Err(Refusal::BucketNotFound(path.bucket.clone()).into()),
     }
-    match app.engine(&path.bucket).lookup(path, now_ms) {
+    match app.engine(&path.bucket)?.lookup(path, now_ms) {
         Lookup::Live(handle, meta) => Ok((handle, meta)),
         Lookup::Deleted => Err(Refusal::StreamDeleted(path.to_string()).into()),
         Lookup::Missing => Err(Refusal::StreamNotFound(path.to_string()).into()),

@@ -27,7 +27,7 @@ pub async fn handle(
     let query = request::read_query(request.uri().query())?;
     let now = now_ms();
     let (handle, meta) = live_stream(app, &path, now)?;
-    app.engine(&meta.path.bucket).touch(&handle, &meta, now);
+    app.engine(&meta.path.bucket)?.touch(&handle, &meta, now);
     match query.live {
         Live::No => catch_up(app, &handle, &meta, query.offset, request.headers()),
         Live::LongPoll => {
@@ -36,8 +36,8 @@ pub async fn handle(
         }
         Live::Sse => {
             let param = query.offset.ok_or_else(|| offset_required("SSE"))?;
-            let from = resolve_offset(app.engine(&meta.path.bucket), &meta, param)?;
-            Ok(sse::respond(app, handle, &meta, from, query.cursor))
+            let from = resolve_offset(app.engine(&meta.path.bucket)?, &meta, param)?;
+            sse::respond(app, handle, &meta, from, query.cursor)
         }
     }
 }
@@ -129,7 +129,7 @@ fn catch_up(
     request_headers: &HeaderMap,
 ) -> Result<Response<Body>, ApiError> {
     let param = param.unwrap_or(OffsetParam::Start);
-    let from = resolve_offset(app.engine(&meta.path.bucket), meta, param)?;
+    let from = resolve_offset(app.engine(&meta.path.bucket)?, meta, param)?;
     if param == OffsetParam::Now {
         // The tail, with no body and no ETag: nothing here may be cached.
         return Ok(Reply::new(StatusCode::OK)
@@ -142,7 +142,7 @@ fn catch_up(
             .build());
     }
     let chunk = read_chunk(
-        app.engine(&meta.path.bucket),
+        app.engine(&meta.path.bucket)?,
         handle,
         meta,
         from,
@@ -231,12 +231,16 @@ async fn long_poll(
         }
         let at = match from {
             Some(at) => at,
-            None => *from.insert(resolve_offset(app.engine(&meta.path.bucket), &meta, param)?),
+            None => *from.insert(resolve_offset(
+                app.engine(&meta.path.bucket)?,
+                &meta,
+                param,
+            )?),
         };
         let cursor = cursor::next(now_ms(), client_cursor);
         if at < meta.tail {
             let chunk = read_chunk(
-                app.engine(&meta.path.bucket),
+                app.engine(&meta.path.bucket)?,
                 &handle,
                 &meta,
                 at,

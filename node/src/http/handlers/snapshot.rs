@@ -40,7 +40,7 @@ pub async fn publish(
     let at = parse_offset(at)?;
     let kind = content_type(&parts.headers)?.unwrap_or_else(|| DEFAULT_CONTENT_TYPE.to_owned());
     let digest: [u8; 32] = Sha256::digest(&body).into();
-    let engine = app.engine(&path.bucket).clone();
+    let engine = app.engine(&path.bucket)?.clone();
     let command = Command::PublishSnapshot(PublishSnapshot {
         path,
         offset: at,
@@ -76,7 +76,7 @@ pub async fn read(app: &App, path: &StreamPath, at: &str) -> Result<Response<Bod
     };
     let info = meta.snapshots.get(&at).ok_or_else(missing)?;
     let body = app
-        .engine(&path.bucket)
+        .engine(&path.bucket)?
         .snapshot(&handle, at)
         .await?
         .ok_or_else(missing)?;
@@ -90,24 +90,24 @@ pub async fn read(app: &App, path: &StreamPath, at: &str) -> Result<Response<Bod
 pub async fn bootstrap(app: &App, path: &StreamPath) -> Result<Response<Body>, ApiError> {
     let now = now_ms();
     let (handle, meta) = live_stream(app, path, now)?;
-    app.engine(&path.bucket).touch(&handle, &meta, now);
+    app.engine(&path.bucket)?.touch(&handle, &meta, now);
     let snapshot = match meta.snapshots.last_key_value() {
         Some((at, info)) => app
-            .engine(&path.bucket)
+            .engine(&path.bucket)?
             .snapshot(&handle, *at)
             .await?
             .map(|body| (*at, info.content_type.clone(), body)),
         None => None,
     };
-    let mut at = snapshot.as_ref().map_or_else(
-        || app.engine(&path.bucket).first_offset(&meta),
-        |(at, _, _)| *at,
-    );
+    let engine = app.engine(&path.bucket)?;
+    let mut at = snapshot
+        .as_ref()
+        .map_or_else(|| engine.first_offset(&meta), |(at, _, _)| *at);
     let mut data = BytesMut::new();
     let mut parts = 0;
     loop {
         let chunk = read_chunk(
-            app.engine(&path.bucket),
+            app.engine(&path.bucket)?,
             &handle,
             &meta,
             at,
@@ -192,7 +192,7 @@ pub async fn retain(app: &App, path: StreamPath, at: &str) -> Result<Response<Bo
     let at = parse_offset(at)?;
     let (handle, meta) = live_stream(app, &path, now_ms())?;
     if meta.is_json() && at < meta.tail && at > meta.retained_from {
-        let slices = app.engine(&path.bucket).read(&handle, &meta, at, 1)?;
+        let slices = app.engine(&path.bucket)?.read(&handle, &meta, at, 1)?;
         if slices.first().is_none_or(|s| s.start != at) {
             return Err(invalid_offset(format!(
                 "offset {} is not at a message boundary",
@@ -201,7 +201,7 @@ pub async fn retain(app: &App, path: StreamPath, at: &str) -> Result<Response<Bo
         }
     }
     let outcome = app
-        .engine(&path.bucket)
+        .engine(&path.bucket)?
         .clone()
         .propose(Command::AdvanceRetention {
             path,
