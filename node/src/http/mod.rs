@@ -2,6 +2,7 @@
 
 pub mod error;
 mod handlers;
+pub mod marking;
 pub mod names;
 pub mod request;
 pub mod response;
@@ -26,6 +27,7 @@ use crate::config::Config;
 use crate::engine::{Engine, Leadership};
 use crate::groups::Groups;
 use error::ApiError;
+use marking::LeaderCheck;
 use response::{ALLOWED_HEADERS, ALLOWED_METHODS, Body, Reply, add_common_headers};
 use route::Target;
 
@@ -136,7 +138,10 @@ pub async fn handle(
     let cors = request.headers().contains_key(http::header::ORIGIN);
     let uri = request.uri().clone();
     let mut response = dispatch(&app, request).await.unwrap_or_else(|error| {
-        if matches!(error.token, ErrorToken::NotLeader | ErrorToken::GroupNotHosted) {
+        if matches!(
+            error.token,
+            ErrorToken::NotLeader | ErrorToken::GroupNotHosted
+        ) {
             app.redirect(error, &uri).into_response()
         } else {
             error.into_response()
@@ -168,8 +173,7 @@ async fn dispatch(app: &App, request: Request<Incoming>) -> Result<Response<Body
     // A group this node does not host: sent to a node that does. Creates, appends, closes
     // and deletes of streams are the refusals the spec marks.
     if let Err(error) = app.engine(target.bucket()) {
-        let stream_write = matches!(target, Target::Stream(_)) && is_write;
-        return Err(if stream_write {
+        return Err(if marking::not_hosted_is_marked(&target, is_write) {
             error.marked_if_unproposed()
         } else {
             error.unmarked()
@@ -213,16 +217,15 @@ async fn write(
         |len| len > 0,
     );
     let mut permit = app.admission.admit(has_body, declared, limit)?;
-    // Leadership is checked before anything is proposed. Appends, closes and creates are the
-    // refusals the spec marks; a delete goes to Raft unchecked, so its redirect is unmarked.
-    match (&target, request.method()) {
-        (Target::Stream(path), &Method::POST | &Method::PUT) => app
-            .require_leader(&path.bucket)
+    // Leadership is checked before anything is proposed (see `marking`).
+    match marking::leader_check(&target, request.method()) {
+        LeaderCheck::Marked => app
+            .require_leader(target.bucket())
             .map_err(ApiError::marked_if_unproposed)?,
-        (Target::Stream(_), &Method::DELETE) => {}
-        (target, _) => app
+        LeaderCheck::Unmarked => app
             .require_leader(target.bucket())
             .map_err(ApiError::unmarked)?,
+        LeaderCheck::Unchecked => {}
     }
     let (parts, body) = request.into_parts();
     let body = request::body(&parts.headers, body, limit, &mut permit)
