@@ -186,12 +186,17 @@ pub struct Process {
 
 impl Process {
     pub fn start(data_dir: &Path, extra: &[&str]) -> Self {
+        Self::start_with(data_dir, "", extra)
+    }
+
+    /// `server_toml` goes into the config file's `[server]` table.
+    pub fn start_with(data_dir: &Path, server_toml: &str, extra: &[&str]) -> Self {
         std::fs::create_dir_all(data_dir).expect("data dir");
         // Test machines may have little free disk: lower the disk-pressure thresholds.
         let config = data_dir.join("test-node.toml");
         std::fs::write(
             &config,
-            "[raft.wal]\nmin_available_size = 1048576\nresume_available_size = 2097152\nsegment_size = 4194304\n",
+            format!("[server]\n{server_toml}\n[raft.wal]\nmin_available_size = 1048576\nresume_available_size = 2097152\nsegment_size = 4194304\n"),
         )
         .expect("config file");
         let mut child = Command::new(env!("CARGO_BIN_EXE_ursula-node"))
@@ -241,6 +246,17 @@ impl Process {
 
     pub fn client(&self) -> Client {
         Client::new(self.client_addr)
+    }
+
+    /// Resident memory, from `/proc`.
+    pub fn rss_bytes(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|kb| kb.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024)
     }
 
     /// SIGKILL: no shutdown code runs.
