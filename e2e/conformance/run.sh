@@ -3,18 +3,24 @@
 # pinned in package-lock.json) against a freshly started ursula-node, through the compat
 # family /v1/stream/{name}. Fails unless every default test passes.
 #
-# Usage: e2e/conformance/run.sh [--via-gateway | --cluster] [path/to/target/dir]
+# Usage: e2e/conformance/run.sh [--cluster] [--via-gateway] [path/to/target/dir]
 #                                                        (default target dir: target/debug)
-#   --via-gateway   put ursula-gateway in front of the node and run the suite through it
 #   --cluster       start 3 voters on loopback and send the suite to a follower of the
 #                   compatibility bucket's group (fetch follows its 307s to the leader)
+#   --via-gateway   put ursula-gateway in front of the node (or of all 3 voters, with
+#                   --cluster) and run the suite through it
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 via_gateway=0
 cluster=0
-if [ "${1:-}" = "--via-gateway" ]; then via_gateway=1; shift; fi
-if [ "${1:-}" = "--cluster" ]; then cluster=1; shift; fi
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --via-gateway) via_gateway=1; shift ;;
+    --cluster) cluster=1; shift ;;
+    *) break ;;
+  esac
+done
 bin_dir="$(realpath "${1:-$root/target/debug}")"
 node_bin="$bin_dir/ursula-node"
 expected=332
@@ -88,6 +94,18 @@ else
   pids+=($!)
   addr="$(serving_addr ursula-node "$data/node.log")"
   echo "conformance: ursula-node at http://$addr"
+fi
+if [ "$via_gateway" = 1 ]; then
+  upstreams=(--upstream "http://$addr")
+  if [ "$cluster" = 1 ]; then
+    upstreams=()
+    for id in 1 2 3; do upstreams+=(--upstream "http://127.0.0.1:$((base + 10 * id))"); done
+  fi
+  "$bin_dir/ursula-gateway" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
+    "${upstreams[@]}" 2>"$data/gateway.log" &
+  pids+=($!)
+  addr="$(serving_addr ursula-gateway "$data/gateway.log")"
+  echo "conformance: through ursula-gateway at http://$addr"
 fi
 status=0
 CONFORMANCE_TEST_URL="http://$addr" npx vitest run --reporter=default \
