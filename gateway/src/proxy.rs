@@ -211,7 +211,12 @@ impl Gateway {
                 .map_err(|denied| Refusal::new(denied.token, denied.message, true))?;
         }
         strip_hop_by_hop(&mut parts.headers);
-        parts.headers.remove(header::HOST);
+        // How the client addressed the gateway, for `Location`s that must stay on it.
+        let origin = parts
+            .headers
+            .remove(header::HOST)
+            .and_then(|host| host.to_str().ok().map(|h| format!("http://{h}")))
+            .or_else(|| parts.uri.authority().map(|a| format!("http://{a}")));
         // Nodes do not authenticate; the credential stays at the gateway.
         if self.access.is_some() {
             parts.headers.remove(header::AUTHORIZATION);
@@ -297,7 +302,7 @@ impl Gateway {
             if write && !answer.status().is_server_error() {
                 self.upstreams.remember_leader(&path, follow.current());
             }
-            return Ok(self.relay(answer, keep_marker));
+            return Ok(self.relay(answer, keep_marker, origin.as_deref()));
         }
     }
 
@@ -338,22 +343,29 @@ impl Gateway {
     }
 
     /// Passes an upstream's answer on, streaming its body (SSE and long-polls included).
-    fn relay(&self, answer: Response<Incoming>, keep_marker: bool) -> Response<Body> {
+    fn relay(
+        &self,
+        answer: Response<Incoming>,
+        keep_marker: bool,
+        origin: Option<&str>,
+    ) -> Response<Body> {
         let (mut parts, body) = answer.into_parts();
         strip_hop_by_hop(&mut parts.headers);
         if !keep_marker {
             parts.headers.remove(headers::NOT_APPLIED);
         }
-        // Redirects other than leader redirects stay on the gateway.
-        if parts.status.is_redirection()
-            && let Some(location) = parts
-                .headers
-                .get(header::LOCATION)
-                .and_then(|l| l.to_str().ok())
+        // Node addresses stay hidden: a `Location` naming a node (a redirect other than a
+        // leader redirect, or a created stream's URL) names the same path on the gateway, as
+        // the client addressed it.
+        if let Some(location) = parts
+            .headers
+            .get(header::LOCATION)
+            .and_then(|l| l.to_str().ok())
             && self.upstreams.find(location).is_some()
             && let Ok(uri) = location.parse::<http::Uri>()
             && let Some(path) = uri.path_and_query()
-            && let Ok(value) = HeaderValue::from_str(path.as_str())
+            && let Ok(value) =
+                HeaderValue::from_str(&format!("{}{}", origin.unwrap_or(""), path.as_str()))
         {
             parts.headers.insert(header::LOCATION, value);
         }

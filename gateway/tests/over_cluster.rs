@@ -1,0 +1,406 @@
+//! The gateway in front of a real 3-voter cluster: `ursula-node` processes on loopback (the
+//! binary built next to this crate's, by the workspace build), the gateway in this process.
+//! Writes reach each stream's leader whichever voter the gateway tries first; a leader killed
+//! under load costs clients nothing but retryable 503s; every answer carries the vouch.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use ursula_gateway::config::Config;
+
+fn node_binary() -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_BIN_EXE_ursula-gateway")).with_file_name("ursula-node");
+    assert!(
+        path.exists(),
+        "{path:?} is missing: build the workspace first (cargo build --workspace)"
+    );
+    path
+}
+
+struct Voters {
+    _dir: tempfile::TempDir,
+    configs: Vec<PathBuf>,
+    client_ports: Vec<u16>,
+    admin_ports: Vec<u16>,
+    children: Mutex<Vec<Option<Child>>>,
+}
+
+impl Voters {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let held: Vec<TcpListener> = (0..9)
+            .map(|_| TcpListener::bind("127.0.0.1:0").expect("port"))
+            .collect();
+        let ports: Vec<u16> = held
+            .iter()
+            .map(|l| l.local_addr().unwrap().port())
+            .collect();
+        drop(held);
+        let mut peers = String::new();
+        for id in 0..3 {
+            peers.push_str(&format!(
+                "[[raft.peers]]\nid = {}\ncluster_url = \"http://127.0.0.1:{}\"\nclient_url = \"http://127.0.0.1:{}\"\n",
+                id + 1,
+                ports[3 * id + 2],
+                ports[3 * id]
+            ));
+        }
+        let mut configs = Vec::new();
+        for id in 0..3 {
+            let config = dir.path().join(format!("node-{}.toml", id + 1));
+            std::fs::write(
+                &config,
+                format!(
+                    "node_id = {}\ndata_dir = {:?}\n[server]\nlisten = \"127.0.0.1:{}\"\nadmin_listen = \"127.0.0.1:{}\"\ncluster_listen = \"127.0.0.1:{}\"\n[raft]\ngroup_count = 4\nheartbeat_interval = \"50ms\"\nelection_timeout = \"300ms\"\n[raft.wal]\nmin_available_size = 1048576\nresume_available_size = 2097152\n{peers}",
+                    id + 1,
+                    dir.path().join(format!("node-{}", id + 1)),
+                    ports[3 * id],
+                    ports[3 * id + 1],
+                    ports[3 * id + 2],
+                ),
+            )
+            .expect("config");
+            configs.push(config);
+        }
+        let voters = Self {
+            _dir: dir,
+            configs,
+            client_ports: (0..3).map(|i| ports[3 * i]).collect(),
+            admin_ports: (0..3).map(|i| ports[3 * i + 1]).collect(),
+            children: Mutex::new(vec![None, None, None]),
+        };
+        for i in 0..3 {
+            voters.spawn(i);
+        }
+        voters
+    }
+
+    fn spawn(&self, i: usize) {
+        let child = Command::new(node_binary())
+            .arg("--config")
+            .arg(&self.configs[i])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn ursula-node");
+        self.children.lock().unwrap()[i] = Some(child);
+    }
+
+    /// SIGKILL.
+    fn kill(&self, i: usize) {
+        if let Some(mut child) = self.children.lock().unwrap()[i].take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn upstreams(&self) -> Vec<String> {
+        self.client_ports
+            .iter()
+            .map(|port| format!("http://127.0.0.1:{port}"))
+            .collect()
+    }
+
+    async fn wait_ready(&self, client: &Http) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for (i, port) in self.admin_ports.iter().enumerate() {
+            if self.children.lock().unwrap()[i].is_none() {
+                continue;
+            }
+            loop {
+                let ready = client
+                    .request("GET", &format!("http://127.0.0.1:{port}/readyz"), &[], "")
+                    .await
+                    .is_ok_and(|r| r.status == StatusCode::OK);
+                if ready {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "voter {} is not ready", i + 1);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+
+    /// The voter index that leads the group of `bucket` (group_count 4).
+    async fn leader_of(&self, client: &Http, group: usize) -> Option<usize> {
+        for (i, port) in self.admin_ports.iter().enumerate() {
+            let Ok(reply) = client
+                .request("GET", &format!("http://127.0.0.1:{port}/metrics"), &[], "")
+                .await
+            else {
+                continue;
+            };
+            let needle = format!("ursula_group_is_leader{{group=\"{group}\"}} 1");
+            if String::from_utf8_lossy(&reply.body)
+                .lines()
+                .any(|l| l == needle)
+            {
+                return Some(i);
+            }
+        }
+        None
+    }
+}
+
+impl Drop for Voters {
+    fn drop(&mut self) {
+        for i in 0..3 {
+            self.kill(i);
+        }
+    }
+}
+
+struct Reply {
+    status: StatusCode,
+    headers: http::HeaderMap,
+    body: Bytes,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+#[derive(Clone)]
+struct Http(Client<HttpConnector, Full<Bytes>>);
+
+impl Http {
+    fn new() -> Self {
+        Self(Client::builder(TokioExecutor::new()).build_http())
+    }
+
+    async fn request(
+        &self,
+        method: &str,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> Result<Reply, String> {
+        let mut request = Request::builder().method(method).uri(url);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let request = request
+            .body(Full::new(Bytes::from(body.to_owned())))
+            .map_err(|e| e.to_string())?;
+        let response = self.0.request(request).await.map_err(|e| e.to_string())?;
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        Ok(Reply {
+            status,
+            headers,
+            body,
+        })
+    }
+}
+
+async fn gateway(upstreams: Vec<String>) -> SocketAddr {
+    let config = Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        admin_listen: "127.0.0.1:0".parse().unwrap(),
+        upstreams,
+        ..Config::default()
+    };
+    ursula_gateway::start(config).await.expect("gateway").addr
+}
+
+/// Placement as the nodes compute it: FNV-1a of the bucket, modulo the group count.
+fn group_of(bucket: &str, groups: u64) -> usize {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in bucket.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    (hash % groups) as usize
+}
+
+const TEXT: (&str, &str) = ("content-type", "text/plain");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_reach_each_leader_through_the_gateway_with_the_vouch() {
+    let voters = Voters::start();
+    let http = Http::new();
+    voters.wait_ready(&http).await;
+    let addr = gateway(voters.upstreams()).await;
+    let base = format!("http://{addr}");
+    // Buckets in every group, so that some leaders are not the first upstream.
+    for b in 0..8 {
+        let bucket = format!("gw-{b}");
+        for (method, path, headers, body, expected) in [
+            ("PUT", format!("/{bucket}"), vec![], "", StatusCode::CREATED),
+            (
+                "PUT",
+                format!("/{bucket}/s"),
+                vec![TEXT],
+                "",
+                StatusCode::CREATED,
+            ),
+            (
+                "POST",
+                format!("/{bucket}/s"),
+                vec![TEXT],
+                "one;",
+                StatusCode::NO_CONTENT,
+            ),
+            (
+                "POST",
+                format!("/{bucket}/s"),
+                vec![TEXT],
+                "two;",
+                StatusCode::NO_CONTENT,
+            ),
+        ] {
+            let reply = http
+                .request(method, &format!("{base}{path}"), &headers, body)
+                .await
+                .expect("the gateway answers");
+            assert_eq!(reply.status, expected, "{method} {path}");
+            assert_eq!(reply.header("x-ursula-not-applied-checked"), Some("1"));
+            assert_ne!(
+                reply.status,
+                StatusCode::TEMPORARY_REDIRECT,
+                "clients never see one"
+            );
+            if let Some(location) = reply.header("location") {
+                assert!(
+                    location.starts_with('/'),
+                    "a node's address leaked: {location}"
+                );
+            }
+        }
+        let read = http
+            .request("GET", &format!("{base}/{bucket}/s?offset=-1"), &[], "")
+            .await
+            .expect("read");
+        assert_eq!(read.status, StatusCode::OK);
+        assert_eq!(read.body, "one;two;");
+        // The leader applied it, and so did every voter.
+        let leader = voters
+            .leader_of(&http, group_of(&bucket, 4))
+            .await
+            .expect("a leader");
+        let on_leader = http
+            .request(
+                "GET",
+                &format!(
+                    "http://127.0.0.1:{}/{bucket}/s?offset=-1",
+                    voters.client_ports[leader]
+                ),
+                &[],
+                "",
+            )
+            .await
+            .expect("leader read");
+        assert_eq!(on_leader.body, "one;two;");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_killed_under_load_costs_only_retryable_503s() {
+    let voters = Arc::new(Voters::start());
+    let http = Http::new();
+    voters.wait_ready(&http).await;
+    let addr = gateway(voters.upstreams()).await;
+    let base = format!("http://{addr}");
+    let bucket = "gw-load";
+    for (path, headers) in [
+        (format!("/{bucket}"), vec![]),
+        (format!("/{bucket}/s"), vec![TEXT]),
+    ] {
+        let reply = http
+            .request("PUT", &format!("{base}{path}"), &headers, "")
+            .await
+            .expect("create");
+        assert_eq!(reply.status, StatusCode::CREATED);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..6)
+        .map(|w| {
+            let http = http.clone();
+            let stop = stop.clone();
+            let url = format!("{base}/{bucket}/s");
+            tokio::spawn(async move {
+                let mut seq = 0u64;
+                let mut unavailable = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let seq_text = seq.to_string();
+                    let producer = format!("w{w}");
+                    let headers = [
+                        TEXT,
+                        ("producer-id", producer.as_str()),
+                        ("producer-epoch", "0"),
+                        ("producer-seq", seq_text.as_str()),
+                    ];
+                    let reply = http
+                        .request("POST", &url, &headers, &format!("w{w}:{seq}\n"))
+                        .await
+                        .expect("the gateway itself never fails a request");
+                    assert_eq!(reply.header("x-ursula-not-applied-checked"), Some("1"));
+                    match reply.status {
+                        StatusCode::OK | StatusCode::NO_CONTENT => seq += 1,
+                        StatusCode::SERVICE_UNAVAILABLE => {
+                            assert_eq!(reply.header("retry-after"), Some("1"));
+                            unavailable += 1;
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                        other => panic!(
+                            "writer {w}: {other} {}",
+                            String::from_utf8_lossy(&reply.body)
+                        ),
+                    }
+                }
+                (w, seq, unavailable)
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let leader = voters
+        .leader_of(&http, group_of(bucket, 4))
+        .await
+        .expect("a leader");
+    let killer = voters.clone();
+    tokio::task::spawn_blocking(move || killer.kill(leader))
+        .await
+        .expect("kill");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut acked = Vec::new();
+    for writer in writers {
+        acked.push(writer.await.expect("writer"));
+    }
+    // Every acknowledged append is there once, in order.
+    let read = http
+        .request("GET", &format!("{base}/{bucket}/s?offset=-1"), &[], "")
+        .await
+        .expect("read");
+    assert_eq!(read.status, StatusCode::OK);
+    let text = String::from_utf8_lossy(&read.body).into_owned();
+    for (w, count, _) in &acked {
+        let seqs: Vec<u64> = text
+            .lines()
+            .filter_map(|line| line.strip_prefix(&format!("w{w}:")))
+            .map(|seq| seq.parse().expect("seq"))
+            .collect();
+        assert_eq!(seqs, (0..*count).collect::<Vec<_>>(), "writer {w}");
+    }
+    let total: u64 = acked.iter().map(|(_, count, _)| count).sum();
+    assert!(total > 20, "too little load: {acked:?}");
+    voters.spawn(leader);
+}
