@@ -14,6 +14,7 @@ use tokio::net::TcpListener;
 use ursula_wire::ErrorToken;
 use ursula_wire::admin::PurgeResponse;
 
+use crate::engine::EngineError;
 use crate::groups::Groups;
 use crate::http::error::ApiError;
 use crate::http::response::{Body, Reply, add_common_headers};
@@ -25,6 +26,8 @@ pub struct Admin {
     pub ready: AtomicBool,
     /// How long a drain waits for the groups' leadership to move.
     pub drain_wait: std::time::Duration,
+    /// For purges forwarded to the leader's cluster listener.
+    pub peers: crate::cluster::network::HttpClient,
 }
 
 pub async fn serve(listener: TcpListener, admin: Arc<Admin>) {
@@ -155,6 +158,50 @@ fn replica(admin: &Admin, bucket: &str, stream: &str) -> Result<Response<Body>, 
     Ok(json(StatusCode::OK, body.to_string()))
 }
 
+/// Proposes the purge in the bucket's group: here when this node leads it, else through the
+/// cluster listener of its leader (or, when this node does not host the group, of a voter that
+/// does, which forwards in turn), so a purge may be sent to any voter's admin listener.
+async fn purge_anywhere(admin: &Admin, bucket: &str) -> Result<u64, ApiError> {
+    let command = Command::PurgeBucket {
+        bucket: bucket.to_owned(),
+    };
+    let target = match admin.groups.for_bucket(bucket) {
+        Ok(engine) => match engine.propose(command).await {
+            Ok(Outcome::BucketPurged { streams }) => return Ok(streams as u64),
+            Ok(_) => {
+                return Err(ApiError::new(
+                    ErrorToken::Internal,
+                    "unexpected outcome of a purge",
+                ));
+            }
+            Err(EngineError::NotLeader { leader: Some(id) }) => id,
+            Err(error) => return Err(error.into()),
+        },
+        Err(not_hosted) => match not_hosted.voters.first() {
+            Some(id) => *id,
+            None => return Err(crate::http::not_hosted(not_hosted)),
+        },
+    };
+    let Some(cluster) = &admin.groups.cluster else {
+        return Err(ApiError::new(
+            ErrorToken::Internal,
+            "no cluster to forward to",
+        ));
+    };
+    let Some(peer) = cluster.peers.get(&target) else {
+        return Err(ApiError::not_leader(None));
+    };
+    let group = crate::cluster::placement::group_of(bucket, admin.groups.group_count());
+    crate::cluster::network::forward_purge(&admin.peers, &peer.cluster_url, group, bucket)
+        .await
+        .map_err(|reason| {
+            ApiError::new(
+                ErrorToken::Unavailable,
+                format!("node {target} could not purge the bucket: {reason}"),
+            )
+        })
+}
+
 /// Deletes every stream of the bucket and fences the bucket ID for good. Purging a bucket that
 /// is already purged (or never existed) succeeds and fences it.
 async fn purge(admin: &Admin, bucket: &str) -> Result<Response<Body>, ApiError> {
@@ -164,21 +211,7 @@ async fn purge(admin: &Admin, bucket: &str) -> Result<Response<Body>, ApiError> 
             format!("{bucket:?} is not a bucket ID"),
         ));
     }
-    let outcome = admin
-        .groups
-        .for_bucket(bucket)
-        .map_err(crate::http::not_hosted)?
-        .clone()
-        .propose(Command::PurgeBucket {
-            bucket: bucket.to_owned(),
-        })
-        .await?;
-    let Outcome::BucketPurged { streams } = outcome else {
-        return Err(ApiError::new(
-            ErrorToken::Internal,
-            "unexpected outcome of a purge",
-        ));
-    };
+    let streams = purge_anywhere(admin, bucket).await?;
     tracing::info!(bucket, streams, "bucket purged and fenced");
     let body = PurgeResponse {
         bucket: bucket.to_owned(),

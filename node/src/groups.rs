@@ -54,6 +54,10 @@ impl Groups {
         }
     }
 
+    pub fn group_count(&self) -> usize {
+        self.engines.len()
+    }
+
     /// The groups this node hosts, with their group numbers.
     pub fn hosted(&self) -> impl Iterator<Item = (usize, &Arc<Engine>)> {
         self.engines

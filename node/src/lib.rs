@@ -139,6 +139,7 @@ pub async fn start(config: Config) -> Result<Node, StartError> {
         groups: groups.clone(),
         ready: Default::default(),
         drain_wait: config.raft.election_timeout * 4,
+        peers: cluster::network::http2_client(),
     });
     tokio::spawn(admin::serve(admin, admin_state.clone()));
     let admission = admission::Admission::new(&config, log_bytes);

@@ -157,3 +157,35 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         self.call("vote", &rpc, option.hard_ttl()).await
     }
 }
+
+/// Asks the node at `cluster_url` to propose the purge of `bucket` in `group` (it leads it).
+pub async fn forward_purge(
+    client: &HttpClient,
+    cluster_url: &str,
+    group: usize,
+    bucket: &str,
+) -> Result<u64, String> {
+    let request = http::Request::post(format!(
+        "{}/raft/{group}/purge",
+        cluster_url.trim_end_matches('/')
+    ))
+    .body(Full::new(Bytes::from(bucket.to_owned())))
+    .map_err(|e| e.to_string())?;
+    let exchange = async {
+        let response = client.request(request).await.map_err(|e| e.to_string())?;
+        let status = response.status();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        if !status.is_success() {
+            return Err(format!("node answered {status}"));
+        }
+        postcard::from_bytes::<Result<u64, String>>(&body).map_err(|e| e.to_string())?
+    };
+    tokio::time::timeout(Duration::from_secs(30), exchange)
+        .await
+        .map_err(|_| "the purge timed out".to_owned())?
+}

@@ -126,7 +126,24 @@ async fn handle(
             Ok(rpc) => encoded(&raft.install_snapshot(rpc).await),
             Err(error) => bad(error),
         },
+        // A peer's admin listener was asked to purge a bucket of a group this node leads.
+        "purge" => match std::str::from_utf8(&body) {
+            Ok(bucket) => encoded(&purge_here(&raft, bucket).await),
+            Err(_) => answer(StatusCode::BAD_REQUEST, b"the bucket is not UTF-8".to_vec()),
+        },
         _ => answer(StatusCode::NOT_FOUND, b"no such cluster route".to_vec()),
     };
     Ok(response)
+}
+
+/// Proposes the purge of `bucket` here: the streams it deleted, or why it could not.
+async fn purge_here(raft: &Raft, bucket: &str) -> Result<u64, String> {
+    let command = crate::machine::Command::PurgeBucket {
+        bucket: bucket.to_owned(),
+    };
+    match super::propose(raft, command).await {
+        Ok(crate::machine::Outcome::BucketPurged { streams }) => Ok(streams as u64),
+        Ok(_) => Err("unexpected outcome of a purge".into()),
+        Err(error) => Err(error.to_string()),
+    }
 }
