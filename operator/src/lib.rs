@@ -1,10 +1,12 @@
-//! The Ursula operator's building blocks: the custom resources (`crd`) and the pure functions
-//! that turn an `UrsulaCluster` into the Kubernetes objects it needs (`objects`).
+//! The Ursula operator's building blocks: the custom resources (`crd`), the pure functions that
+//! turn an `UrsulaCluster` into the Kubernetes objects it needs (`objects`, `workloads`), and the
+//! upgrade planner (`upgrade`), which picks the one next step of a version change.
 //!
 //! Following kube-rs `controller-rs`: read, validate, build desired objects as pure functions,
-//! apply them with server-side apply, write status conditions. The reconcile loop, upgrade
-//! planner and the `ursula-operator` binary are still to come.
+//! apply them with server-side apply, write status conditions. The reconcile loop and the
+//! `ursula-operator` binary are still to come.
 
 pub mod crd;
 pub mod objects;
+pub mod upgrade;
 pub mod workloads;

@@ -1,0 +1,424 @@
+//! The upgrade planner: from what the cluster looks like now, the one next step of a version
+//! change. Pure, so that every state of a rollout and a rollback is a table row.
+//!
+//! Going up, gateways go first (a newer gateway understands older nodes); going down, voters go
+//! first and gateways last. Voters are replaced one at a time, highest ordinal first: drain it
+//! (its groups elect other leaders), delete its pod (the StatefulSet, `OnDelete`, recreates it
+//! from the new template), wait until it is ready and caught up. Never more than one voter is
+//! down: a replacement starts only when every voter is ready, and a voter that does not become
+//! ready in time halts the upgrade.
+
+use std::cmp::Ordering;
+use std::time::Duration;
+
+/// The gateway Deployment as observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayState {
+    /// The version (image tag) of its pod template.
+    pub version: String,
+    /// Whether the rollout of that template is complete: every replica updated and available.
+    pub rolled_out: bool,
+}
+
+/// One voter pod as observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VoterState {
+    pub ordinal: u8,
+    /// The version its pod runs; `None` when the pod does not exist (being recreated).
+    pub version: Option<String>,
+    /// Ready: serving, caught up, and knowing a leader for every group (`/readyz`).
+    pub ready: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observed {
+    pub desired: String,
+    pub gateway: GatewayState,
+    /// Ordered by ordinal.
+    pub voters: Vec<VoterState>,
+    /// How long the current step has been waiting (for a voter or gateway to become ready).
+    pub waiting_for: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Everything runs the desired version and is ready.
+    Done,
+    /// Set the gateway Deployment's template to the desired version.
+    RollGateway,
+    /// The gateway rollout is in progress.
+    WaitForGateway,
+    /// Set the voters' StatefulSet template to the desired version (replaces no pod).
+    UpdateVoterTemplate,
+    /// Drain voter `ordinal` and delete its pod.
+    ReplaceVoter(u8),
+    /// Voter `ordinal` is being recreated or catching up.
+    WaitForVoter(u8),
+    /// Stop and report `Degraded`.
+    Halt(String),
+}
+
+/// The planner's limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// How long a replaced voter, or a gateway rollout, may take to become ready.
+    pub ready_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            ready_timeout: Duration::from_secs(600),
+        }
+    }
+}
+
+/// Orders versions numerically by dot-separated parts (`0.10.0` > `0.9.1`, an optional `v`
+/// prefix ignored); versions that do not parse compare as text.
+pub fn compare_versions(a: &str, b: &str) -> Ordering {
+    let parse = |v: &str| -> Option<Vec<u64>> {
+        v.trim_start_matches('v')
+            .split(['.', '-', '+'])
+            .take(3)
+            .map(|part| part.parse().ok())
+            .collect()
+    };
+    match (parse(a), parse(b)) {
+        (Some(x), Some(y)) => x.cmp(&y).then_with(|| a.cmp(b)),
+        _ => a.cmp(b),
+    }
+}
+
+/// The next step toward `observed.desired`. `voter_template` is the version of the
+/// StatefulSet's pod template.
+pub fn next_step(observed: &Observed, voter_template: &str, limits: Limits) -> Step {
+    let desired = observed.desired.as_str();
+    let stale_voters: Vec<&VoterState> = observed
+        .voters
+        .iter()
+        .filter(|v| v.version.as_deref() != Some(desired))
+        .collect();
+    let gateway_current = observed.gateway.version == desired;
+    // Going down when anything runs newer than desired: voters first, then gateways.
+    let rollback = compare_versions(&observed.gateway.version, desired) == Ordering::Greater
+        || observed.voters.iter().any(|v| {
+            v.version
+                .as_deref()
+                .is_some_and(|version| compare_versions(version, desired) == Ordering::Greater)
+        });
+    let timed_out = observed.waiting_for > limits.ready_timeout;
+
+    let gateway_step = || {
+        if !gateway_current {
+            Some(Step::RollGateway)
+        } else if !observed.gateway.rolled_out {
+            Some(if timed_out {
+                Step::Halt(format!(
+                    "the gateway rollout to {desired} did not complete in {:?}",
+                    limits.ready_timeout
+                ))
+            } else {
+                Step::WaitForGateway
+            })
+        } else {
+            None
+        }
+    };
+    let voter_step = || -> Option<Step> {
+        // A voter that is missing or not ready is waited for, whatever its version: never
+        // more than one voter down.
+        if let Some(down) = observed.voters.iter().find(|v| !v.ready) {
+            return Some(if timed_out {
+                Step::Halt(format!(
+                    "voter {} did not become ready in {:?}",
+                    down.ordinal, limits.ready_timeout
+                ))
+            } else {
+                Step::WaitForVoter(down.ordinal)
+            });
+        }
+        if stale_voters.is_empty() {
+            return None;
+        }
+        if voter_template != desired {
+            return Some(Step::UpdateVoterTemplate);
+        }
+        stale_voters
+            .iter()
+            .map(|v| v.ordinal)
+            .max()
+            .map(Step::ReplaceVoter)
+    };
+
+    let first = if rollback {
+        voter_step().or_else(gateway_step)
+    } else {
+        gateway_step().or_else(voter_step)
+    };
+    first.unwrap_or(Step::Done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn voter(ordinal: u8, version: Option<&str>, ready: bool) -> VoterState {
+        VoterState {
+            ordinal,
+            version: version.map(str::to_owned),
+            ready,
+        }
+    }
+
+    fn observed(desired: &str, gateway: (&str, bool), voters: &[(Option<&str>, bool)]) -> Observed {
+        Observed {
+            desired: desired.into(),
+            gateway: GatewayState {
+                version: gateway.0.into(),
+                rolled_out: gateway.1,
+            },
+            voters: voters
+                .iter()
+                .enumerate()
+                .map(|(i, (version, ready))| voter(i as u8, *version, *ready))
+                .collect(),
+            waiting_for: Duration::from_secs(1),
+        }
+    }
+
+    const OLD: Option<&str> = Some("0.7.2");
+    const NEW: Option<&str> = Some("0.7.3");
+
+    #[test]
+    fn upgrade_rolls_gateways_then_voters_from_the_highest_ordinal() {
+        let limits = Limits::default();
+        let cases: Vec<(&str, Observed, &str, Step)> = vec![
+            (
+                "start: gateways first",
+                observed(
+                    "0.7.3",
+                    ("0.7.2", true),
+                    &[(OLD, true), (OLD, true), (OLD, true)],
+                ),
+                "0.7.2",
+                Step::RollGateway,
+            ),
+            (
+                "gateway rolling out",
+                observed(
+                    "0.7.3",
+                    ("0.7.3", false),
+                    &[(OLD, true), (OLD, true), (OLD, true)],
+                ),
+                "0.7.2",
+                Step::WaitForGateway,
+            ),
+            (
+                "gateway done: voter template",
+                observed(
+                    "0.7.3",
+                    ("0.7.3", true),
+                    &[(OLD, true), (OLD, true), (OLD, true)],
+                ),
+                "0.7.2",
+                Step::UpdateVoterTemplate,
+            ),
+            (
+                "highest ordinal first",
+                observed(
+                    "0.7.3",
+                    ("0.7.3", true),
+                    &[(OLD, true), (OLD, true), (OLD, true)],
+                ),
+                "0.7.3",
+                Step::ReplaceVoter(2),
+            ),
+            (
+                "replaced voter's pod recreating",
+                observed(
+                    "0.7.3",
+                    ("0.7.3", true),
+                    &[(OLD, true), (OLD, true), (None, false)],
+                ),
+                "0.7.3",
+                Step::WaitForVoter(2),
+            ),
+            (
+                "replaced voter catching up",
+                observed(
+                    "0.7.3",
+                    ("0.7.3", true),
+                    &[(OLD, true), (OLD, true), (NEW, false)],
+                ),
+                "0.7.3",
+                Step::WaitForVoter(2),
+            ),
+            (
+                "next voter",
+                observed(
+                    "0.7.3",
+                    ("0.7.3", true),
+                    &[(OLD, true), (OLD, true), (NEW, true)],
+                ),
+                "0.7.3",
+                Step::ReplaceVoter(1),
+            ),
+            (
+                "last voter",
+                observed(
+                    "0.7.3",
+                    ("0.7.3", true),
+                    &[(OLD, true), (NEW, true), (NEW, true)],
+                ),
+                "0.7.3",
+                Step::ReplaceVoter(0),
+            ),
+            (
+                "done",
+                observed(
+                    "0.7.3",
+                    ("0.7.3", true),
+                    &[(NEW, true), (NEW, true), (NEW, true)],
+                ),
+                "0.7.3",
+                Step::Done,
+            ),
+            (
+                "a voter down for another reason blocks a replacement",
+                observed(
+                    "0.7.3",
+                    ("0.7.3", true),
+                    &[(OLD, false), (OLD, true), (OLD, true)],
+                ),
+                "0.7.3",
+                Step::WaitForVoter(0),
+            ),
+        ];
+        for (name, state, template, expected) in cases {
+            assert_eq!(next_step(&state, template, limits), expected, "{name}");
+        }
+    }
+
+    #[test]
+    fn rollback_replaces_voters_first_and_gateways_last() {
+        let limits = Limits::default();
+        let cases: Vec<(&str, Observed, &str, Step)> = vec![
+            (
+                "voter template first",
+                observed(
+                    "0.7.2",
+                    ("0.7.3", true),
+                    &[(NEW, true), (NEW, true), (NEW, true)],
+                ),
+                "0.7.3",
+                Step::UpdateVoterTemplate,
+            ),
+            (
+                "highest ordinal first",
+                observed(
+                    "0.7.2",
+                    ("0.7.3", true),
+                    &[(NEW, true), (NEW, true), (NEW, true)],
+                ),
+                "0.7.2",
+                Step::ReplaceVoter(2),
+            ),
+            (
+                "gateways only after every voter",
+                observed(
+                    "0.7.2",
+                    ("0.7.3", true),
+                    &[(OLD, true), (OLD, true), (NEW, true)],
+                ),
+                "0.7.2",
+                Step::ReplaceVoter(2),
+            ),
+            (
+                "then gateways",
+                observed(
+                    "0.7.2",
+                    ("0.7.3", true),
+                    &[(OLD, true), (OLD, true), (OLD, true)],
+                ),
+                "0.7.2",
+                Step::RollGateway,
+            ),
+            (
+                "rolled back",
+                observed(
+                    "0.7.2",
+                    ("0.7.2", true),
+                    &[(OLD, true), (OLD, true), (OLD, true)],
+                ),
+                "0.7.2",
+                Step::Done,
+            ),
+        ];
+        for (name, state, template, expected) in cases {
+            assert_eq!(next_step(&state, template, limits), expected, "{name}");
+        }
+    }
+
+    #[test]
+    fn stalls_halt_and_spec_changes_mid_upgrade_replan() {
+        let limits = Limits {
+            ready_timeout: Duration::from_secs(60),
+        };
+        let mut stuck = observed(
+            "0.7.3",
+            ("0.7.3", true),
+            &[(OLD, true), (OLD, true), (NEW, false)],
+        );
+        stuck.waiting_for = Duration::from_secs(61);
+        assert_eq!(
+            next_step(&stuck, "0.7.3", limits),
+            Step::Halt("voter 2 did not become ready in 60s".into()),
+            "a voter that never becomes ready halts the upgrade"
+        );
+        let mut stalled = observed(
+            "0.7.3",
+            ("0.7.3", false),
+            &[(OLD, true), (OLD, true), (OLD, true)],
+        );
+        stalled.waiting_for = Duration::from_secs(61);
+        assert!(matches!(
+            next_step(&stalled, "0.7.2", limits),
+            Step::Halt(_)
+        ));
+
+        // Mid-upgrade (gateways and one voter on 0.7.3) the spec goes to 0.7.4: gateways
+        // first again, and every voter, the upgraded one too, follows.
+        let moved_on = observed(
+            "0.7.4",
+            ("0.7.3", true),
+            &[(OLD, true), (OLD, true), (NEW, true)],
+        );
+        assert_eq!(next_step(&moved_on, "0.7.3", limits), Step::RollGateway);
+        let voters_next = observed(
+            "0.7.4",
+            ("0.7.4", true),
+            &[(OLD, true), (OLD, true), (NEW, true)],
+        );
+        assert_eq!(
+            next_step(&voters_next, "0.7.4", limits),
+            Step::ReplaceVoter(2)
+        );
+
+        // Mid-upgrade the spec goes back to 0.7.2: a rollback, voters first.
+        let back = observed(
+            "0.7.2",
+            ("0.7.3", true),
+            &[(OLD, true), (OLD, true), (NEW, true)],
+        );
+        assert_eq!(next_step(&back, "0.7.3", limits), Step::UpdateVoterTemplate);
+        assert_eq!(next_step(&back, "0.7.2", limits), Step::ReplaceVoter(2));
+    }
+
+    #[test]
+    fn versions_compare_by_number() {
+        assert_eq!(compare_versions("0.10.0", "0.9.1"), Ordering::Greater);
+        assert_eq!(compare_versions("0.7.3", "0.7.10"), Ordering::Less);
+        assert_eq!(compare_versions("0.7.3", "0.7.3"), Ordering::Equal);
+        assert_eq!(compare_versions("latest", "0.7.3"), Ordering::Greater);
+    }
+}
