@@ -53,15 +53,22 @@ serving_addr() {
 limits='[raft.wal]\nmin_available_size = 16777216\nresume_available_size = 33554432\n'
 if [ "$cluster" = 1 ]; then
   # Three voters on fixed loopback ports (peers must know each other's addresses).
-  base=$((20000 + RANDOM % 20000))
+  # Nine free loopback ports (client, admin, cluster for each voter), found by binding port 0.
+  read -r -a ports <<<"$(node -e '
+    const net = require("net");
+    const servers = Array.from({ length: 9 }, () => net.createServer());
+    Promise.all(servers.map((s) => new Promise((ok) => s.listen(0, "127.0.0.1", ok)))).then(() => {
+      console.log(servers.map((s) => s.address().port).join(" "));
+      servers.forEach((s) => s.close());
+    });
+  ')"
+  port() { echo "${ports[$((3 * ($1 - 1) + $2))]}"; }
   peers=""
   for id in 1 2 3; do
-    p=$((base + 10 * id))
-    peers+="[[raft.peers]]\nid = $id\ncluster_url = \"http://127.0.0.1:$((p + 2))\"\nclient_url = \"http://127.0.0.1:$p\"\n"
+    peers+="[[raft.peers]]\nid = $id\ncluster_url = \"http://127.0.0.1:$(port $id 2)\"\nclient_url = \"http://127.0.0.1:$(port $id 0)\"\n"
   done
   for id in 1 2 3; do
-    p=$((base + 10 * id))
-    printf "node_id = $id\n[server]\nlisten = \"127.0.0.1:$p\"\nadmin_listen = \"127.0.0.1:$((p + 1))\"\ncluster_listen = \"127.0.0.1:$((p + 2))\"\nlong_poll_timeout = \"500ms\"\n[raft]\nelection_timeout = \"500ms\"\n$peers$limits" >"$data/node-$id.toml"
+    printf "node_id = $id\n[server]\nlisten = \"127.0.0.1:$(port $id 0)\"\nadmin_listen = \"127.0.0.1:$(port $id 1)\"\ncluster_listen = \"127.0.0.1:$(port $id 2)\"\nlong_poll_timeout = \"500ms\"\n[raft]\nelection_timeout = \"500ms\"\n$peers$limits" >"$data/node-$id.toml"
     "$node_bin" --config "$data/node-$id.toml" --data-dir "$data/node-$id" 2>"$data/node-$id.log" &
     pids+=($!)
   done
@@ -73,13 +80,13 @@ if [ "$cluster" = 1 ]; then
   for _ in $(seq 1 100); do
     ready=0
     for id in 1 2 3; do
-      code="$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$((base + 10 * id + 1))/readyz" || true)"
+      code="$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$(port $id 1)/readyz" || true)"
       [ "$code" = 200 ] && ready=$((ready + 1))
     done
     if [ "$ready" = 3 ]; then
       for id in 1 2 3; do
-        code="$(curl -s -o /dev/null -w '%{http_code}' -X PUT "http://127.0.0.1:$((base + 10 * id))/default")"
-        [ "$code" = 307 ] && { addr="127.0.0.1:$((base + 10 * id))"; break; }
+        code="$(curl -s -o /dev/null -w '%{http_code}' -X PUT "http://127.0.0.1:$(port $id 0)/default")"
+        [ "$code" = 307 ] && { addr="127.0.0.1:$(port $id 0)"; break; }
       done
       [ -n "$addr" ] && break
     fi
@@ -99,7 +106,7 @@ if [ "$via_gateway" = 1 ]; then
   upstreams=(--upstream "http://$addr")
   if [ "$cluster" = 1 ]; then
     upstreams=()
-    for id in 1 2 3; do upstreams+=(--upstream "http://127.0.0.1:$((base + 10 * id))"); done
+    for id in 1 2 3; do upstreams+=(--upstream "http://127.0.0.1:$(port $id 0)"); done
   fi
   "$bin_dir/ursula-gateway" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
     "${upstreams[@]}" 2>"$data/gateway.log" &

@@ -120,9 +120,16 @@ pub async fn start(config: Config) -> Result<Node, StartError> {
                     .map(|e| e.as_ref().and_then(|e| e.raft().cloned()))
                     .collect(),
             );
+            let metrics = engines
+                .iter()
+                .flatten()
+                .next()
+                .map(|engine| engine.metrics.clone())
+                .unwrap_or_default();
             tokio::spawn(cluster::service::serve(
                 listener,
                 rafts,
+                metrics,
                 stop_signal.clone(),
             ));
             let groups = Groups::replicated(engines, view);

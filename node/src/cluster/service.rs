@@ -15,7 +15,12 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use super::types::Raft;
+use std::sync::atomic::Ordering;
+
+use openraft::raft::AppendEntriesRequest;
+
+use super::types::{Raft, TypeConfig};
+use crate::engine::Metrics;
 
 /// Largest RPC body accepted: entries are batched, and snapshots come in chunks.
 const MAX_RPC_BYTES: usize = 256 * 1024 * 1024;
@@ -23,6 +28,7 @@ const MAX_RPC_BYTES: usize = 256 * 1024 * 1024;
 pub async fn serve(
     listener: TcpListener,
     rafts: Arc<Vec<Option<Raft>>>,
+    metrics: Arc<Metrics>,
     mut stopping: watch::Receiver<bool>,
 ) {
     loop {
@@ -40,7 +46,8 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let rafts = rafts.clone();
-        let service = service_fn(move |request| handle(rafts.clone(), request));
+        let metrics = metrics.clone();
+        let service = service_fn(move |request| handle(rafts.clone(), metrics.clone(), request));
         tokio::spawn(async move {
             let mut builder = auto::Builder::new(TokioExecutor::new());
             builder
@@ -76,6 +83,7 @@ fn encoded<T: Serialize>(value: &T) -> Response<Full<Bytes>> {
 
 async fn handle(
     rafts: Arc<Vec<Option<Raft>>>,
+    metrics: Arc<Metrics>,
     request: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let path = request.uri().path().to_owned();
@@ -114,8 +122,14 @@ async fn handle(
     let bad =
         |error: postcard::Error| answer(StatusCode::BAD_REQUEST, error.to_string().into_bytes());
     let response = match kind {
-        "append" => match postcard::from_bytes(&body) {
-            Ok(rpc) => encoded(&raft.append_entries(rpc).await),
+        "append" => match postcard::from_bytes::<AppendEntriesRequest<TypeConfig>>(&body) {
+            Ok(rpc) => {
+                metrics.append_rpcs.fetch_add(1, Ordering::Relaxed);
+                metrics
+                    .append_rpc_entries
+                    .fetch_add(rpc.entries.len() as u64, Ordering::Relaxed);
+                encoded(&raft.append_entries(rpc).await)
+            }
             Err(error) => bad(error),
         },
         "vote" => match postcard::from_bytes(&body) {

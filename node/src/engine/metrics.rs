@@ -19,6 +19,9 @@ pub struct Metrics {
     pub commit_failures: AtomicU64,
     /// Raft log entries made durable (a replicated node's own and its followers' writes).
     pub log_entries: AtomicU64,
+    /// AppendEntries RPCs this node received as a follower, and the entries they carried.
+    pub append_rpcs: AtomicU64,
+    pub append_rpc_entries: AtomicU64,
     fsync_seconds_sum_ns: AtomicU64,
     fsync_buckets: [AtomicU64; FSYNC_BUCKETS.len()],
 }
@@ -71,6 +74,16 @@ impl Metrics {
                 "ursula_raft_log_entries_total",
                 "Raft log entries made durable on this node.",
                 &self.log_entries,
+            ),
+            (
+                "ursula_raft_append_rpcs_total",
+                "AppendEntries RPCs received (heartbeats included).",
+                &self.append_rpcs,
+            ),
+            (
+                "ursula_raft_append_rpc_entries_total",
+                "Entries those RPCs carried.",
+                &self.append_rpc_entries,
             ),
             (
                 "ursula_commit_failures_total",
