@@ -116,6 +116,9 @@ pub struct UrsulaClusterStatus {
     /// The step of an upgrade or rollback in progress, e.g. `gateways` or `voter 2`.
     #[serde(default)]
     pub upgrade_step: Option<String>,
+    /// When the current step began (RFC 3339); a step that waits too long halts the upgrade.
+    #[serde(default)]
+    pub step_started: Option<String>,
 }
 
 fn default_node_image() -> String {

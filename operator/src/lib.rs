@@ -3,10 +3,13 @@
 //! upgrade planner (`upgrade`), which picks the one next step of a version change.
 //!
 //! Following kube-rs `controller-rs`: read, validate, build desired objects as pure functions,
-//! apply them with server-side apply, write status conditions. The reconcile loop and the
-//! `ursula-operator` binary are still to come.
+//! apply them with server-side apply, write status conditions. `controller` and `purge` are the
+//! reconcilers the `ursula-operator` binary runs; `nodes` calls the nodes' admin API.
 
+pub mod controller;
 pub mod crd;
+pub mod nodes;
 pub mod objects;
+pub mod purge;
 pub mod upgrade;
 pub mod workloads;

@@ -22,14 +22,14 @@ use ursula_wire::ports;
 use crate::crd::UrsulaCluster;
 use crate::objects::{InvalidSpec, headless_service_name, node_config, voter_host};
 
-const NODE: &str = "ursula-node";
-const GATEWAY: &str = "ursula-gateway";
+pub const NODE: &str = "ursula-node";
+pub const GATEWAY: &str = "ursula-gateway";
 const CONFIG_DIR: &str = "/etc/ursula";
 const DATA_DIR: &str = "/var/lib/ursula";
 /// The non-root user the images run as.
 const USER_ID: i64 = 10001;
 
-fn labels(cluster: &UrsulaCluster, component: &str) -> BTreeMap<String, String> {
+pub fn labels(cluster: &UrsulaCluster, component: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         ("app.kubernetes.io/name".to_owned(), component.to_owned()),
         ("app.kubernetes.io/instance".to_owned(), cluster.name_any()),
@@ -146,10 +146,15 @@ pub fn client_service(cluster: &UrsulaCluster) -> Service {
 
 /// The voters. `OnDelete`: the operator replaces them one at a time, draining each first.
 pub fn statefulset(cluster: &UrsulaCluster) -> StatefulSet {
+    statefulset_at(cluster, &cluster.spec.version)
+}
+
+/// The voters with their pod template at `version` (during an upgrade, not yet the spec's).
+pub fn statefulset_at(cluster: &UrsulaCluster, version: &str) -> StatefulSet {
     let spec = &cluster.spec;
     let container = Container {
         name: "node".to_owned(),
-        image: Some(format!("{}:{}", spec.node_image, spec.version)),
+        image: Some(format!("{}:{version}", spec.node_image)),
         args: Some(vec![
             "--config".to_owned(),
             format!("{CONFIG_DIR}/$(POD_NAME).toml"),
@@ -248,6 +253,11 @@ pub fn statefulset(cluster: &UrsulaCluster) -> StatefulSet {
 /// The gateways, pointed at every voter's client listener directly (nothing in between may
 /// resend requests).
 pub fn gateway_deployment(cluster: &UrsulaCluster) -> Deployment {
+    gateway_deployment_at(cluster, &cluster.spec.version)
+}
+
+/// The gateways with their pod template at `version`.
+pub fn gateway_deployment_at(cluster: &UrsulaCluster, version: &str) -> Deployment {
     let spec = &cluster.spec;
     let mut args = vec![
         "--listen".to_owned(),
@@ -265,7 +275,7 @@ pub fn gateway_deployment(cluster: &UrsulaCluster) -> Deployment {
     }
     let container = Container {
         name: "gateway".to_owned(),
-        image: Some(format!("{}:{}", spec.gateway_image, spec.version)),
+        image: Some(format!("{}:{version}", spec.gateway_image)),
         args: Some(args),
         ports: Some(vec![
             port("client", ports::CLIENT),

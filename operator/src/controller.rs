@@ -1,0 +1,442 @@
+//! The `UrsulaCluster` reconciler: observe the voters and gateways, let the upgrade planner pick
+//! the next step, apply the desired objects with server-side apply (pod templates at the
+//! versions that step allows), act (drain and delete a voter's pod), and write status
+//! conditions and events.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::crd::{UrsulaCluster, UrsulaClusterStatus};
+use crate::nodes::Nodes;
+use crate::upgrade::{self, GatewayState, Limits, Observed, Step, VoterState};
+use crate::workloads;
+
+pub const FIELD_MANAGER: &str = "ursula-operator";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("{0} has no namespace")]
+    NoNamespace(String),
+    #[error(transparent)]
+    Node(#[from] crate::nodes::NodeError),
+}
+
+pub struct Context {
+    pub client: kube::Client,
+    pub recorder: Recorder,
+    pub nodes: Nodes,
+    pub limits: Limits,
+}
+
+/// The version (image tag) of the first container of a pod template or pod spec.
+fn image_tag(image: Option<&str>) -> Option<String> {
+    let image = image?;
+    let name_end = image.rfind('/').map_or(0, |slash| slash + 1);
+    image[name_end..]
+        .rsplit_once(':')
+        .map(|(_, tag)| tag.to_owned())
+}
+
+fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+        })
+}
+
+/// What the planner needs, read from the API.
+async fn observe(
+    cluster: &UrsulaCluster,
+    ns: &str,
+    client: &kube::Client,
+) -> Result<(Observed, Option<String>), Error> {
+    let name = cluster.name_any();
+    let desired = cluster.spec.version.clone();
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+
+    let template_version = |spec: Option<&k8s_openapi::api::core::v1::PodSpec>| {
+        spec.and_then(|s| s.containers.first())
+            .and_then(|c| image_tag(c.image.as_deref()))
+    };
+    let voter_template = sets
+        .get_opt(&name)
+        .await?
+        .and_then(|set| template_version(set.spec.template.spec.as_ref()));
+    let gateway = match deployments.get_opt(&format!("{name}-gateway")).await? {
+        Some(deployment) => {
+            let version = template_version(deployment.spec.template.spec.as_ref())
+                .unwrap_or_else(|| desired.clone());
+            let want = deployment.spec.replicas.unwrap_or(1);
+            let status = deployment.status.unwrap_or_default();
+            let generation_seen = status.observed_generation >= deployment.metadata.generation;
+            GatewayState {
+                version,
+                rolled_out: generation_seen
+                    && status.updated_replicas.unwrap_or(0) >= want
+                    && status.available_replicas.unwrap_or(0) >= want
+                    && status.replicas.unwrap_or(0) == want,
+            }
+        }
+        // Not created yet: it is created at the desired version.
+        None => GatewayState {
+            version: desired.clone(),
+            rolled_out: false,
+        },
+    };
+    let selector = workloads::labels(cluster, workloads::NODE)
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let listed = pods.list(&ListParams::default().labels(&selector)).await?;
+    let voters = (0..cluster.spec.voters)
+        .map(|ordinal| {
+            let pod = listed
+                .items
+                .iter()
+                .find(|p| p.name_any() == format!("{name}-{ordinal}"));
+            VoterState {
+                ordinal,
+                version: pod.and_then(|p| {
+                    p.spec
+                        .as_ref()
+                        .and_then(|s| s.containers.first())
+                        .and_then(|c| image_tag(c.image.as_deref()))
+                }),
+                ready: pod.is_some_and(pod_ready),
+            }
+        })
+        .collect();
+    let waiting_for = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.step_started.as_deref())
+        .and_then(|t| t.parse::<Timestamp>().ok())
+        .map_or(Duration::ZERO, |started| {
+            Duration::try_from(Timestamp::now().duration_since(started)).unwrap_or_default()
+        });
+    Ok((
+        Observed {
+            desired,
+            gateway,
+            voters,
+            waiting_for,
+        },
+        voter_template,
+    ))
+}
+
+async fn apply<K>(client: &kube::Client, ns: &str, object: &K) -> Result<(), Error>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + Serialize
+        + DeserializeOwned,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    let name = object.meta().name.clone().unwrap_or_default();
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    api.patch(&name, &params, &Patch::Apply(object)).await?;
+    Ok(())
+}
+
+fn condition(
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+) -> Condition {
+    Condition {
+        type_: type_.to_owned(),
+        status: if status { "True" } else { "False" }.to_owned(),
+        reason: reason.to_owned(),
+        message,
+        observed_generation: generation,
+        last_transition_time: Time(Timestamp::now()),
+    }
+}
+
+fn step_name(step: &Step) -> String {
+    match step {
+        Step::Done => "done".into(),
+        Step::RollGateway | Step::WaitForGateway => "gateways".into(),
+        Step::UpdateVoterTemplate => "voter template".into(),
+        Step::ReplaceVoter(o) | Step::WaitForVoter(o) => format!("voter {o}"),
+        Step::Halt(_) => "halted".into(),
+    }
+}
+
+async fn publish(
+    ctx: &Context,
+    cluster: &UrsulaCluster,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
+    let event = Event {
+        type_,
+        reason: reason.to_owned(),
+        note: Some(note),
+        action: "Reconcile".to_owned(),
+        secondary: None,
+    };
+    if let Err(error) = ctx.recorder.publish(&event, &cluster.object_ref(&())).await {
+        tracing::warn!(%error, "cannot publish an event");
+    }
+}
+
+pub async fn reconcile(cluster: Arc<UrsulaCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let name = cluster.name_any();
+    let ns = cluster
+        .namespace()
+        .ok_or_else(|| Error::NoNamespace(name.clone()))?;
+    let client = &ctx.client;
+    let generation = cluster.metadata.generation;
+    let previous = cluster.status.clone().unwrap_or_default();
+
+    if cluster.spec.paused {
+        let mut status = previous.clone();
+        status.conditions = vec![condition(
+            "Progressing",
+            false,
+            "Paused",
+            "spec.paused is set: nothing is changed".into(),
+            generation,
+        )];
+        write_status(client, &ns, &name, &status).await?;
+        return Ok(Action::requeue(Duration::from_secs(60)));
+    }
+    let config_map = match workloads::config_map(&cluster) {
+        Ok(config_map) => config_map,
+        Err(invalid) => {
+            let mut status = previous.clone();
+            status.observed_generation = generation;
+            status.conditions = vec![condition(
+                "Degraded",
+                true,
+                "InvalidSpec",
+                invalid.to_string(),
+                generation,
+            )];
+            write_status(client, &ns, &name, &status).await?;
+            publish(
+                &ctx,
+                &cluster,
+                EventType::Warning,
+                "InvalidSpec",
+                invalid.to_string(),
+            )
+            .await;
+            return Ok(Action::await_change());
+        }
+    };
+
+    let (observed, voter_template) = observe(&cluster, &ns, client).await?;
+    // A new cluster starts at the desired version; an existing one moves by the planner.
+    let voter_template = voter_template.unwrap_or_else(|| observed.desired.clone());
+    let step = upgrade::next_step(&observed, &voter_template, ctx.limits);
+    let gateway_version = match step {
+        Step::RollGateway => observed.desired.clone(),
+        _ => observed.gateway.version.clone(),
+    };
+    let voter_version = match step {
+        Step::UpdateVoterTemplate => observed.desired.clone(),
+        _ => voter_template.clone(),
+    };
+
+    apply(client, &ns, &config_map).await?;
+    apply::<Service>(client, &ns, &workloads::headless_service(&cluster)).await?;
+    apply::<Service>(client, &ns, &workloads::client_service(&cluster)).await?;
+    apply(
+        client,
+        &ns,
+        &workloads::statefulset_at(&cluster, &voter_version),
+    )
+    .await?;
+    apply(
+        client,
+        &ns,
+        &workloads::gateway_deployment_at(&cluster, &gateway_version),
+    )
+    .await?;
+    for budget in workloads::disruption_budgets(&cluster) {
+        apply::<PodDisruptionBudget>(client, &ns, &budget).await?;
+    }
+
+    match &step {
+        Step::ReplaceVoter(ordinal) => {
+            publish(
+                &ctx,
+                &cluster,
+                EventType::Normal,
+                "ReplacingVoter",
+                format!(
+                    "draining and replacing voter {ordinal} for version {}",
+                    observed.desired
+                ),
+            )
+            .await;
+            ctx.nodes.drain(&cluster, *ordinal).await?;
+            let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+            pods.delete(&format!("{name}-{ordinal}"), &DeleteParams::default())
+                .await?;
+        }
+        Step::RollGateway => {
+            publish(
+                &ctx,
+                &cluster,
+                EventType::Normal,
+                "RollingGateways",
+                format!("gateways to version {}", observed.desired),
+            )
+            .await;
+        }
+        Step::Halt(reason) => {
+            publish(
+                &ctx,
+                &cluster,
+                EventType::Warning,
+                "UpgradeHalted",
+                reason.clone(),
+            )
+            .await;
+        }
+        _ => {}
+    }
+
+    let ready_voters = observed.voters.iter().filter(|v| v.ready).count() as u8;
+    let settled = matches!(step, Step::Done);
+    let moving = !settled && !matches!(step, Step::Halt(_));
+    let upgrading = observed.gateway.version != observed.desired
+        || observed
+            .voters
+            .iter()
+            .any(|v| v.version.as_deref() != Some(observed.desired.as_str()));
+    let step_text = step_name(&step);
+    let mut conditions = vec![
+        condition(
+            "Available",
+            ready_voters > cluster.spec.voters / 2 && observed.gateway.rolled_out,
+            if settled { "Ready" } else { "Partial" },
+            format!("{ready_voters} of {} voters ready", cluster.spec.voters),
+            generation,
+        ),
+        condition(
+            "Progressing",
+            moving,
+            &step_text.replace(' ', ""),
+            step_text.clone(),
+            generation,
+        ),
+        condition(
+            "Upgrading",
+            upgrading && moving,
+            "Version",
+            format!("to {}", observed.desired),
+            generation,
+        ),
+    ];
+    if let Step::Halt(reason) = &step {
+        conditions.push(condition(
+            "Degraded",
+            true,
+            "UpgradeHalted",
+            reason.clone(),
+            generation,
+        ));
+    }
+    let versions: Vec<&str> = observed
+        .voters
+        .iter()
+        .filter_map(|v| v.version.as_deref())
+        .collect();
+    let status = UrsulaClusterStatus {
+        observed_generation: generation,
+        conditions,
+        node_version: versions
+            .first()
+            .filter(|first| versions.iter().all(|v| v == *first))
+            .map(|v| (*v).to_owned()),
+        gateway_version: Some(observed.gateway.version.clone()),
+        ready_voters,
+        ready_gateways: 0,
+        upgrade_step: (!settled).then(|| step_text.clone()),
+        step_started: if previous.upgrade_step.as_deref() == Some(step_text.as_str()) {
+            previous.step_started.clone()
+        } else {
+            Some(Timestamp::now().to_string())
+        },
+    };
+    write_status(client, &ns, &name, &status).await?;
+    Ok(Action::requeue(if settled {
+        Duration::from_secs(60)
+    } else {
+        Duration::from_secs(5)
+    }))
+}
+
+async fn write_status(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    status: &UrsulaClusterStatus,
+) -> Result<(), Error> {
+    let api: Api<UrsulaCluster> = Api::namespaced(client.clone(), ns);
+    let patch = serde_json::json!({
+        "apiVersion": "ursula.io/v1alpha1",
+        "kind": "UrsulaCluster",
+        "status": status,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+pub fn error_policy(_cluster: Arc<UrsulaCluster>, error: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(%error, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(10))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::image_tag;
+
+    #[test]
+    fn versions_are_image_tags() {
+        for (image, tag) in [
+            ("reg/ursula-node:0.7.3", Some("0.7.3")),
+            ("registry:5000/ursula-node:1.0", Some("1.0")),
+            ("registry:5000/ursula-node", None),
+            ("ursula-node", None),
+        ] {
+            assert_eq!(image_tag(Some(image)).as_deref(), tag, "{image}");
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! `ursula-operator`: runs the `UrsulaCluster` and `BucketPurge` controllers against the
+//! cluster's API server (in-cluster config, or the local kubeconfig).
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use futures_util::StreamExt;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::{Controller, watcher};
+use kube::{Api, Client};
+use ursula_operator::controller::{self, Context, FIELD_MANAGER};
+use ursula_operator::crd::{BucketPurge, UrsulaCluster};
+use ursula_operator::nodes::Nodes;
+use ursula_operator::purge;
+use ursula_operator::upgrade::Limits;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let client = match Client::try_default().await {
+        Ok(client) => client,
+        Err(error) => {
+            eprintln!("ursula-operator: cannot reach the Kubernetes API: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let reporter = Reporter {
+        controller: FIELD_MANAGER.into(),
+        instance: std::env::var("POD_NAME").ok(),
+    };
+    let context = Arc::new(Context {
+        client: client.clone(),
+        recorder: Recorder::new(client.clone(), reporter),
+        nodes: Nodes::default(),
+        limits: Limits::default(),
+    });
+    let clusters = Controller::new(
+        Api::<UrsulaCluster>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .owns(
+        Api::<StatefulSet>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .owns(
+        Api::<Deployment>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .shutdown_on_signal()
+    .run(
+        controller::reconcile,
+        controller::error_policy,
+        context.clone(),
+    )
+    .for_each(|result| async move {
+        if let Err(error) = result {
+            tracing::debug!(%error, "cluster reconcile");
+        }
+    });
+    let purges = Controller::new(
+        Api::<BucketPurge>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .shutdown_on_signal()
+    .run(purge::reconcile, purge::error_policy, context)
+    .for_each(|result| async move {
+        if let Err(error) = result {
+            tracing::debug!(%error, "purge reconcile");
+        }
+    });
+    tracing::info!("ursula-operator running");
+    tokio::join!(clusters, purges);
+    ExitCode::SUCCESS
+}

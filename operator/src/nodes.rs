@@ -1,0 +1,100 @@
+//! The node admin API, as the operator calls it: drain a voter before its pod is replaced,
+//! purge a bucket. Admin listeners are reached through the headless Service's stable names.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use ursula_wire::admin::PurgeResponse;
+
+use crate::crd::UrsulaCluster;
+use crate::objects::voter_host;
+
+/// How long one admin call may take (a drain waits for elections).
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("voter {ordinal}: {message}")]
+    Call { ordinal: u8, message: String },
+}
+
+#[derive(Clone)]
+pub struct Nodes {
+    client: Client<HttpConnector, Full<Bytes>>,
+}
+
+impl Default for Nodes {
+    fn default() -> Self {
+        Self {
+            client: Client::builder(TokioExecutor::new()).build_http(),
+        }
+    }
+}
+
+impl Nodes {
+    fn admin_url(cluster: &UrsulaCluster, ordinal: u8, path: &str) -> String {
+        format!(
+            "http://{}:{}{path}",
+            voter_host(cluster, ordinal),
+            ursula_wire::ports::ADMIN
+        )
+    }
+
+    async fn post(&self, url: String, ordinal: u8) -> Result<Bytes, NodeError> {
+        let fail = |message: String| NodeError::Call { ordinal, message };
+        let request = http::Request::post(&url)
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| fail(e.to_string()))?;
+        let exchange = async {
+            let response = self
+                .client
+                .request(request)
+                .await
+                .map_err(|e| fail(format!("{url}: {e}")))?;
+            let status = response.status();
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| fail(e.to_string()))?
+                .to_bytes();
+            if status.is_success() {
+                Ok(body)
+            } else {
+                Err(fail(format!(
+                    "{url} answered {status}: {}",
+                    String::from_utf8_lossy(&body)
+                )))
+            }
+        };
+        tokio::time::timeout(CALL_TIMEOUT, exchange)
+            .await
+            .map_err(|_| fail(format!("{url} timed out")))?
+    }
+
+    /// Makes the voter hand its groups' leadership to the others (`POST /admin/drain`).
+    pub async fn drain(&self, cluster: &UrsulaCluster, ordinal: u8) -> Result<(), NodeError> {
+        self.post(Self::admin_url(cluster, ordinal, "/admin/drain"), ordinal)
+            .await
+            .map(drop)
+    }
+
+    /// Purges a bucket through voter `ordinal` (any voter forwards to the group's leader).
+    pub async fn purge(
+        &self,
+        cluster: &UrsulaCluster,
+        ordinal: u8,
+        bucket: &str,
+    ) -> Result<PurgeResponse, NodeError> {
+        let url = Self::admin_url(cluster, ordinal, &format!("/admin/buckets/{bucket}/purge"));
+        let body = self.post(url, ordinal).await?;
+        serde_json::from_slice(&body).map_err(|e| NodeError::Call {
+            ordinal,
+            message: format!("an unreadable purge answer: {e}"),
+        })
+    }
+}

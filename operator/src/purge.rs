@@ -1,0 +1,127 @@
+//! The `BucketPurge` reconciler: purge the bucket through a voter's admin API and record the
+//! outcome. Phases only move forward (`Pending` → `Purging` → `Succeeded` | `Failed`; the CRD
+//! enforces it too); a finished purge is never repeated, and deleting the resource touches no
+//! data.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+
+use crate::controller::{Context, Error, FIELD_MANAGER};
+use crate::crd::{BucketPurge, BucketPurgeStatus, PurgePhase, UrsulaCluster};
+
+/// Tries before a purge is reported `Failed`; each try goes to the next voter.
+const ATTEMPTS: u32 = 10;
+
+pub async fn reconcile(purge: Arc<BucketPurge>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let name = purge.name_any();
+    let ns = purge
+        .namespace()
+        .ok_or_else(|| Error::NoNamespace(name.clone()))?;
+    let status = purge.status.clone().unwrap_or_default();
+    if matches!(
+        status.phase,
+        Some(PurgePhase::Succeeded | PurgePhase::Failed)
+    ) {
+        return Ok(Action::await_change());
+    }
+    let clusters: Api<UrsulaCluster> = Api::namespaced(ctx.client.clone(), &ns);
+    let Some(cluster) = clusters.get_opt(&purge.spec.cluster).await? else {
+        write(
+            &ctx,
+            &ns,
+            &name,
+            BucketPurgeStatus {
+                phase: Some(PurgePhase::Pending),
+                reason: Some(format!(
+                    "UrsulaCluster {} does not exist",
+                    purge.spec.cluster
+                )),
+                purged_streams: None,
+            },
+        )
+        .await?;
+        return Ok(Action::requeue(Duration::from_secs(30)));
+    };
+    if status.phase != Some(PurgePhase::Purging) {
+        write(
+            &ctx,
+            &ns,
+            &name,
+            BucketPurgeStatus {
+                phase: Some(PurgePhase::Purging),
+                reason: Some(format!("purging bucket {}", purge.spec.bucket)),
+                purged_streams: None,
+            },
+        )
+        .await?;
+    }
+    let mut last_error = String::new();
+    for attempt in 0..ATTEMPTS {
+        let ordinal = (attempt % u32::from(cluster.spec.voters.max(1))) as u8;
+        match ctx.nodes.purge(&cluster, ordinal, &purge.spec.bucket).await {
+            Ok(done) => {
+                write(
+                    &ctx,
+                    &ns,
+                    &name,
+                    BucketPurgeStatus {
+                        phase: Some(PurgePhase::Succeeded),
+                        reason: Some(format!(
+                            "bucket {} purged ({} streams) and fenced",
+                            done.bucket, done.purged_streams
+                        )),
+                        purged_streams: Some(done.purged_streams),
+                    },
+                )
+                .await?;
+                return Ok(Action::await_change());
+            }
+            Err(error) => {
+                last_error = error.to_string();
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+    write(
+        &ctx,
+        &ns,
+        &name,
+        BucketPurgeStatus {
+            phase: Some(PurgePhase::Failed),
+            reason: Some(format!("no voter could purge the bucket: {last_error}")),
+            purged_streams: None,
+        },
+    )
+    .await?;
+    Ok(Action::await_change())
+}
+
+async fn write(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    status: BucketPurgeStatus,
+) -> Result<(), Error> {
+    let api: Api<BucketPurge> = Api::namespaced(ctx.client.clone(), ns);
+    let patch = serde_json::json!({
+        "apiVersion": "ursula.io/v1alpha1",
+        "kind": "BucketPurge",
+        "status": status,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+pub fn error_policy(_purge: Arc<BucketPurge>, error: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(%error, "bucket purge reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(10))
+}
