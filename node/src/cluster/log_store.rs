@@ -575,12 +575,13 @@ mod tests {
     use openraft::{CommittedLeaderId, EntryPayload, LogId};
 
     use super::*;
+    use crate::cluster::types::Batch;
     use crate::machine::Command;
 
     fn entry(term: u64, index: u64) -> Entry {
         Entry {
             log_id: LogId::new(CommittedLeaderId::new(term, 1), index),
-            payload: EntryPayload::Normal(Command::ExpireDue { now_ms: index }),
+            payload: EntryPayload::Normal(Batch(vec![Command::ExpireDue { now_ms: index }])),
         }
     }
 

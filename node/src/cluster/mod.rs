@@ -1,7 +1,9 @@
 //! Replication: every voter hosts a replica of every Raft group, and each group is its own
 //! openraft instance with its own leader.
 //!
-//! - `types`: the openraft type configuration (a log entry is one state machine `Command`).
+//! - `types`: the openraft type configuration (a log entry is a batch of state machine
+//!   commands).
+//! - `batcher`: gathers a group's concurrent proposals into one entry.
 //! - `log_store`: the Raft logs and votes of all groups in one redb file, written by one thread
 //!   so that one fsync covers the entries of many groups (group commit across groups).
 //! - `state_machine`: a group's `Machine`, its published read model and its redb state.
@@ -9,6 +11,7 @@
 //!   multiplexed on one connection per peer.
 //! - `placement`: which group a bucket's streams live in.
 
+pub mod batcher;
 pub mod bootstrap;
 pub mod log_store;
 pub mod network;
@@ -96,18 +99,20 @@ pub fn cluster_urls(view: &ClusterView) -> HashMap<NodeId, String> {
         .collect()
 }
 
-/// Proposes a command to a group this node leads, and waits until it is committed on a quorum
-/// and applied here.
-pub async fn propose(
+/// Proposes commands, as one log entry, to a group this node leads, and waits until the entry
+/// is committed on a quorum and applied here. One answer per command, in order.
+pub async fn propose_batch(
     raft: &Raft,
-    command: crate::machine::Command,
-) -> Result<crate::machine::Outcome, crate::engine::EngineError> {
+    commands: Vec<crate::machine::Command>,
+) -> Result<Vec<Result<crate::machine::Outcome, crate::machine::Refusal>>, crate::engine::EngineError>
+{
     use crate::engine::EngineError;
     use openraft::error::{ClientWriteError, RaftError};
-    match raft.client_write(command).await {
+    let expected = commands.len();
+    match raft.client_write(types::Batch(commands)).await {
         Ok(written) => match written.data.0 {
-            Some(result) => result.map_err(EngineError::Refused),
-            None => Err(EngineError::Replication(
+            Some(results) if results.len() == expected => Ok(results),
+            _ => Err(EngineError::Replication(
                 "the state machine gave no answer".into(),
             )),
         },
@@ -119,5 +124,19 @@ pub async fn propose(
         Err(RaftError::APIError(error)) => Err(EngineError::Replication(error.to_string())),
         Err(RaftError::Fatal(openraft::error::Fatal::Stopped)) => Err(EngineError::Stopped),
         Err(RaftError::Fatal(error)) => Err(EngineError::Replication(error.to_string())),
+    }
+}
+
+/// Proposes one command (see `propose_batch`).
+pub async fn propose(
+    raft: &Raft,
+    command: crate::machine::Command,
+) -> Result<crate::machine::Outcome, crate::engine::EngineError> {
+    let mut results = propose_batch(raft, vec![command]).await?;
+    match results.pop() {
+        Some(result) => result.map_err(crate::engine::EngineError::Refused),
+        None => Err(crate::engine::EngineError::Replication(
+            "the state machine gave no answer".into(),
+        )),
     }
 }

@@ -116,11 +116,15 @@ impl RaftStateMachine<TypeConfig> for GroupStateMachine {
             last = Some(*entry.get_log_id());
             match entry.payload {
                 EntryPayload::Blank => replies.push(ApplyReply(None)),
-                EntryPayload::Normal(command) => {
-                    let applied = self.machine.apply(command);
-                    self.metrics.count(&applied.effects);
-                    effects.extend(applied.effects);
-                    replies.push(ApplyReply(Some(applied.result)));
+                EntryPayload::Normal(batch) => {
+                    let mut results = Vec::with_capacity(batch.0.len());
+                    for command in batch.0 {
+                        let applied = self.machine.apply(command);
+                        self.metrics.count(&applied.effects);
+                        effects.extend(applied.effects);
+                        results.push(applied.result);
+                    }
+                    replies.push(ApplyReply(Some(results)));
                 }
                 EntryPayload::Membership(membership) => {
                     self.position.membership = StoredMembership::new(last, membership);

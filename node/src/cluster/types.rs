@@ -1,4 +1,5 @@
-//! The openraft type configuration: a log entry carries one state machine command.
+//! The openraft type configuration: a log entry carries a batch of state machine commands (the
+//! proposals a group's batcher gathered while earlier ones were in flight).
 
 use std::io::Cursor;
 
@@ -10,7 +11,7 @@ pub type NodeId = u64;
 
 openraft::declare_raft_types!(
     pub TypeConfig:
-        D = Command,
+        D = Batch,
         R = ApplyReply,
         NodeId = NodeId,
         Node = openraft::BasicNode,
@@ -27,11 +28,15 @@ pub type StorageError = openraft::StorageError<NodeId>;
 pub type StoredMembership = openraft::StoredMembership<NodeId, openraft::BasicNode>;
 pub type SnapshotMeta = openraft::SnapshotMeta<NodeId, openraft::BasicNode>;
 
+/// The commands of one log entry, applied in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Batch(pub Vec<Command>);
+
 /// What applying an entry answered its proposer. Only the leader that proposed the entry hands
 /// it out, in process; openraft's serde bounds require it to be serializable, but it never
 /// crosses the network, so it serializes as nothing and deserializes as `None`.
 #[derive(Debug, Default)]
-pub struct ApplyReply(pub Option<Result<Outcome, Refusal>>);
+pub struct ApplyReply(pub Option<Vec<Result<Outcome, Refusal>>>);
 
 impl Serialize for ApplyReply {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {

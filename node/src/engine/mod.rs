@@ -35,7 +35,7 @@ const APPLIER_BACKLOG: usize = 4096;
 /// Memory for tail caches across all streams.
 const TAIL_CACHE_BYTES: usize = 256 * 1024 * 1024;
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum EngineError {
     #[error(transparent)]
     Refused(#[from] Refusal),
@@ -73,8 +73,8 @@ pub enum Lookup {
 enum Proposer {
     /// The single node's own writer thread and WAL.
     Local(mpsc::Sender<Proposal>),
-    /// The group's Raft instance, set once it has started.
-    Raft(std::sync::OnceLock<Raft>),
+    /// The group's Raft instance and its proposal batcher, set once it has started.
+    Raft(std::sync::OnceLock<(Raft, Arc<crate::cluster::batcher::Batcher>)>),
 }
 
 /// Releases a body's bytes from the group's proposed-but-unapplied count.
@@ -273,13 +273,14 @@ impl Engine {
     /// Connects a replica to its started Raft instance.
     pub fn set_raft(&self, raft: Raft) {
         if let Proposer::Raft(slot) = &self.proposer {
-            let _ = slot.set(raft);
+            let batcher = crate::cluster::batcher::Batcher::start(raft.clone());
+            let _ = slot.set((raft, batcher));
         }
     }
 
     pub fn raft(&self) -> Option<&Raft> {
         match &self.proposer {
-            Proposer::Raft(slot) => slot.get(),
+            Proposer::Raft(slot) => slot.get().map(|(raft, _)| raft),
             Proposer::Local(_) => None,
         }
     }
@@ -316,9 +317,9 @@ impl Engine {
                 answer.await.map_err(|_| EngineError::Stopped)?
             }
             Proposer::Raft(slot) => {
-                let raft = slot.get().ok_or(EngineError::NotLeader { leader: None })?;
+                let (_, batcher) = slot.get().ok_or(EngineError::NotLeader { leader: None })?;
                 let _held = self.hold_uncommitted(command.body_len())?;
-                crate::cluster::propose(raft, command).await
+                batcher.propose(command).await
             }
         }
     }

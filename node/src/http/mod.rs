@@ -217,8 +217,14 @@ async fn write(
         |len| len > 0,
     );
     let mut permit = app.admission.admit(has_body, declared, limit)?;
-    // Leadership is checked before anything is proposed (see `marking`).
-    match marking::leader_check(&target, request.method()) {
+    let (parts, body) = request.into_parts();
+    let body = request::body(&parts.headers, body, limit, &mut permit)
+        .await
+        .map_err(ApiError::marked_if_unproposed)?;
+    // Leadership is checked before anything is proposed (see `marking`), once the body is in:
+    // a client still sending a large body to a node that answered early gets a broken pipe
+    // instead of the redirect.
+    match marking::leader_check(&target, &parts.method) {
         LeaderCheck::Marked => app
             .require_leader(target.bucket())
             .map_err(ApiError::marked_if_unproposed)?,
@@ -227,10 +233,6 @@ async fn write(
             .map_err(ApiError::unmarked)?,
         LeaderCheck::Unchecked => {}
     }
-    let (parts, body) = request.into_parts();
-    let body = request::body(&parts.headers, body, limit, &mut permit)
-        .await
-        .map_err(ApiError::marked_if_unproposed)?;
     let method = parts.method.clone();
     let answer = match (target, method) {
         (Target::Bucket(bucket), Method::PUT) => handlers::bucket::create(app, bucket).await,
