@@ -4,7 +4,7 @@
 # Streams are spread over 16 buckets, so over the cluster's Raft groups; the load generator
 # starts at voter 1 and follows 307s to each stream's leader, as a client does.
 #
-# Usage: e2e/bench/cluster.sh [--rounds N] [--duration 10s]
+# Usage: e2e/bench/cluster.sh [--rounds N] [--duration 10s] [--writers 32]
 # Prints one JSON line per measurement, then medians, the cluster/single ratio, and fsyncs per
 # append (log commits of all voters over appends).
 set -euo pipefail
@@ -12,10 +12,12 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$root"
 rounds=3
 duration=10s
+writers=32
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds="$2"; shift 2 ;;
     --duration) duration="$2"; shift 2 ;;
+    --writers) writers="$2"; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -57,7 +59,7 @@ for round in $(seq 1 "$rounds"); do
   for target in single:4737 cluster:4750; do
     label="${target%%:*}"; port="${target##*:}"
     "$bench" --url "http://127.0.0.1:$port" --label "$label" --prefix /bench append \
-      --buckets 16 --duration "$duration" | tee -a "$results"
+      --buckets 16 --writers "$writers" --duration "$duration" | tee -a "$results"
   done
 done
 metric() { curl -s "http://127.0.0.1:$1/metrics" | awk -v m="$2" '$1 == m {print $2}'; }
@@ -78,7 +80,7 @@ def med(label, key):
     return statistics.median(vals)
 s, c = med("single", "appends_per_sec"), med("cluster", "appends_per_sec")
 print()
-print("append (100 streams in 16 buckets, 32 writers, 256 B), median of rounds:")
+print(f"append (100 streams in 16 buckets, {rows[0]['writers']} writers, 256 B), median of rounds:")
 print(f"  single node:       {s:8.0f}/s  p50 {med('single','p50_ms'):.3f} ms  p99 {med('single','p99_ms'):.3f} ms")
 print(f"  3-voter cluster:   {c:8.0f}/s  p50 {med('cluster','p50_ms'):.3f} ms  p99 {med('cluster','p99_ms'):.3f} ms")
 print(f"  ratio cluster/single: {c / s:.2f}x")
