@@ -1,6 +1,7 @@
 //! The node admin API, as the operator calls it: drain a voter before its pod is replaced,
 //! purge a bucket. Admin listeners are reached through the headless Service's stable names.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -22,26 +23,38 @@ pub enum NodeError {
     Call { ordinal: u8, message: String },
 }
 
+/// Where voter `ordinal`'s admin listener is, as `http://host:port`.
+pub type AdminAddress = Arc<dyn Fn(&UrsulaCluster, u8) -> String + Send + Sync>;
+
 #[derive(Clone)]
 pub struct Nodes {
     client: Client<HttpConnector, Full<Bytes>>,
+    admin: AdminAddress,
 }
 
 impl Default for Nodes {
+    /// Voters are reached through the headless Service's stable names.
     fn default() -> Self {
-        Self {
-            client: Client::builder(TokioExecutor::new()).build_http(),
-        }
+        Self::with_admin(Arc::new(|cluster, ordinal| {
+            format!(
+                "http://{}:{}",
+                voter_host(cluster, ordinal),
+                ursula_wire::ports::ADMIN
+            )
+        }))
     }
 }
 
 impl Nodes {
-    fn admin_url(cluster: &UrsulaCluster, ordinal: u8, path: &str) -> String {
-        format!(
-            "http://{}:{}{path}",
-            voter_host(cluster, ordinal),
-            ursula_wire::ports::ADMIN
-        )
+    pub fn with_admin(admin: AdminAddress) -> Self {
+        Self {
+            client: Client::builder(TokioExecutor::new()).build_http(),
+            admin,
+        }
+    }
+
+    fn admin_url(&self, cluster: &UrsulaCluster, ordinal: u8, path: &str) -> String {
+        format!("{}{path}", (self.admin)(cluster, ordinal))
     }
 
     async fn post(&self, url: String, ordinal: u8) -> Result<Bytes, NodeError> {
@@ -78,7 +91,7 @@ impl Nodes {
 
     /// Makes the voter hand its groups' leadership to the others (`POST /admin/drain`).
     pub async fn drain(&self, cluster: &UrsulaCluster, ordinal: u8) -> Result<(), NodeError> {
-        self.post(Self::admin_url(cluster, ordinal, "/admin/drain"), ordinal)
+        self.post(self.admin_url(cluster, ordinal, "/admin/drain"), ordinal)
             .await
             .map(drop)
     }
@@ -90,7 +103,7 @@ impl Nodes {
         ordinal: u8,
         bucket: &str,
     ) -> Result<PurgeResponse, NodeError> {
-        let url = Self::admin_url(cluster, ordinal, &format!("/admin/buckets/{bucket}/purge"));
+        let url = self.admin_url(cluster, ordinal, &format!("/admin/buckets/{bucket}/purge"));
         let body = self.post(url, ordinal).await?;
         serde_json::from_slice(&body).map_err(|e| NodeError::Call {
             ordinal,
