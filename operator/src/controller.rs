@@ -267,6 +267,7 @@ pub async fn reconcile(cluster: Arc<UrsulaCluster>, ctx: Arc<Context>) -> Result
         _ => voter_template.clone(),
     };
 
+    apply(client, &ns, &workloads::service_account(&cluster)).await?;
     apply(client, &ns, &config_map).await?;
     apply::<Service>(client, &ns, &workloads::headless_service(&cluster)).await?;
     apply::<Service>(client, &ns, &workloads::client_service(&cluster)).await?;

@@ -9,8 +9,8 @@ use k8s_openapi::api::apps::v1::{
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
     HTTPGetAction, ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, Service, ServicePort, ServiceSpec, Volume,
-    VolumeMount, VolumeResourceRequirements,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, Service, ServiceAccount, ServicePort,
+    ServiceSpec, Volume, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -144,6 +144,20 @@ pub fn client_service(cluster: &UrsulaCluster) -> Service {
     }
 }
 
+pub fn service_account_name(cluster: &UrsulaCluster) -> String {
+    format!("{}-ursula", cluster.name_any())
+}
+
+/// The identity of the cluster's pods. Neither nodes nor gateways call the Kubernetes API, so
+/// it has no roles and its token is not mounted.
+pub fn service_account(cluster: &UrsulaCluster) -> ServiceAccount {
+    ServiceAccount {
+        metadata: meta(cluster, service_account_name(cluster), NODE),
+        automount_service_account_token: Some(false),
+        ..ServiceAccount::default()
+    }
+}
+
 /// The voters. `OnDelete`: the operator replaces them one at a time, draining each first.
 pub fn statefulset(cluster: &UrsulaCluster) -> StatefulSet {
     statefulset_at(cluster, &cluster.spec.version)
@@ -231,6 +245,8 @@ pub fn statefulset_at(cluster: &UrsulaCluster, version: &str) -> StatefulSet {
                 spec: Some(PodSpec {
                     containers: vec![container],
                     security_context: Some(security()),
+                    service_account_name: Some(service_account_name(cluster)),
+                    automount_service_account_token: Some(false),
                     termination_grace_period_seconds: Some(30),
                     volumes: Some(vec![Volume {
                         name: "config".to_owned(),
@@ -299,6 +315,8 @@ pub fn gateway_deployment_at(cluster: &UrsulaCluster, version: &str) -> Deployme
                 spec: Some(PodSpec {
                     containers: vec![container],
                     security_context: Some(security()),
+                    service_account_name: Some(service_account_name(cluster)),
+                    automount_service_account_token: Some(false),
                     ..PodSpec::default()
                 }),
             },
@@ -382,6 +400,31 @@ mod tests {
             assert_eq!(max_unavailable(&v), voter_budget, "{voters} voters");
             assert_eq!(max_unavailable(&g), gateway_budget, "{gateways} gateways");
         }
+    }
+
+    #[test]
+    fn pods_run_as_a_service_account_without_a_token() {
+        let uc = cluster(3, 2);
+        let account = service_account(&uc);
+        assert_eq!(account.metadata.name.as_deref(), Some("prod-ursula"));
+        assert_eq!(account.automount_service_account_token, Some(false));
+        let set = statefulset(&uc);
+        let gateways = gateway_deployment(&uc);
+        for pod in [
+            set.spec.template.spec.as_ref().unwrap(),
+            gateways.spec.template.spec.as_ref().unwrap(),
+        ] {
+            assert_eq!(pod.service_account_name.as_deref(), Some("prod-ursula"));
+            assert_eq!(pod.automount_service_account_token, Some(false));
+        }
+        // A template at another version than the spec's, for a step of an upgrade.
+        let older = statefulset_at(&uc, "1.2.2");
+        assert_eq!(
+            older.spec.template.spec.as_ref().unwrap().containers[0]
+                .image
+                .as_deref(),
+            Some("reg/ursula-node:1.2.2")
+        );
     }
 
     #[test]
