@@ -1,0 +1,182 @@
+"""Chart tests: real Helm rendering, Kubernetes schema validation, values schemas."""
+
+import pathlib
+import unittest
+
+import helm_python as helm
+import jsonschema
+import kubernetes_validate
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+OPERATOR = ROOT / "charts" / "ursula-operator"
+CLUSTER = ROOT / "charts" / "ursula"
+KUBE_VERSION = "1.36.0"
+
+
+def render(chart_dir, values=None, name="rel", namespace="ns"):
+    chart = helm.Chart.load(chart_dir)
+    chart.validate_schema(values or {})
+    rendered = chart.render(values or {}, name=name, namespace=namespace, is_install=True)
+    objects = []
+    for path, text in sorted(rendered.items()):
+        for document in yaml.safe_load_all(text):
+            if document:
+                objects.append((path, document))
+    return chart, objects
+
+
+def validate(obj):
+    kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+
+
+def ursulacluster_schema():
+    crd = yaml.safe_load((ROOT / "crds" / "ursulacluster.yaml").read_text())
+    return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
+class OperatorChart(unittest.TestCase):
+    def test_renders_valid_objects_with_least_privilege(self):
+        chart, objects = render(OPERATOR)
+        kinds = sorted(obj["kind"] for _, obj in objects)
+        self.assertEqual(
+            kinds, ["ClusterRole", "ClusterRoleBinding", "Deployment", "ServiceAccount"]
+        )
+        for path, obj in objects:
+            with self.subTest(path=path):
+                validate(obj)
+        role = next(obj for _, obj in objects if obj["kind"] == "ClusterRole")
+        for rule in role["rules"]:
+            self.assertNotIn("*", rule["verbs"], rule)
+            self.assertNotIn("*", rule["resources"], rule)
+            self.assertNotIn("secrets", rule["resources"], rule)
+        deployment = next(obj for _, obj in objects if obj["kind"] == "Deployment")
+        pod = deployment["spec"]["template"]["spec"]
+        self.assertTrue(pod["securityContext"]["runAsNonRoot"])
+        self.assertEqual(pod["containers"][0]["image"], "ursula/ursula-operator:0.1.0")
+
+    def test_ships_the_generated_crds_and_they_are_valid(self):
+        chart = helm.Chart.load(OPERATOR)
+        shipped = {crd["filename"].split("/")[-1]: crd["data"] for crd in chart.crds}
+        for name in ["ursulacluster.yaml", "bucketpurge.yaml"]:
+            with self.subTest(crd=name):
+                generated = (ROOT / "crds" / name).read_text()
+                self.assertEqual(shipped.get(name), generated, "charts/ursula-operator/crds is stale")
+                validate(yaml.safe_load(generated))
+
+    def test_values_schema_rejects_bad_values(self):
+        chart = helm.Chart.load(OPERATOR)
+        for bad in [{"replicas": 2}, {"logLevel": "loud"}, {"imageTag": "x"}]:
+            with self.subTest(values=bad), self.assertRaises(helm.HelmValuesError):
+                chart.validate_schema(bad)
+
+    def test_lints_clean(self):
+        report = helm.lint(OPERATOR, strict=True)
+        self.assertEqual([m for m in report["messages"] if m["severity"] >= 2], [])
+
+
+class ClusterChart(unittest.TestCase):
+    def test_default_renders_a_valid_ursulacluster(self):
+        _, objects = render(CLUSTER, name="streams")
+        self.assertEqual([obj["kind"] for _, obj in objects], ["UrsulaCluster"])
+        cluster = objects[0][1]
+        jsonschema.validate(cluster, ursulacluster_schema())
+        self.assertEqual(cluster["spec"]["version"], "0.1.0")
+        self.assertEqual(cluster["spec"]["voters"], 3)
+
+    def test_upgrade_sets_the_version_and_overrides_reach_the_spec(self):
+        _, objects = render(
+            CLUSTER,
+            {"version": "0.7.3", "voters": 5, "nodeConfig": {"raft.group_count": 32},
+             "storage": {"size": "50Gi", "className": "fast"}},
+        )
+        spec = objects[0][1]["spec"]
+        jsonschema.validate(objects[0][1], ursulacluster_schema())
+        self.assertEqual(
+            (spec["version"], spec["voters"], spec["storage"]["className"]),
+            ("0.7.3", 5, "fast"),
+        )
+        self.assertEqual(spec["nodeConfig"], {"raft.group_count": 32})
+
+    def test_the_tls_ingress_never_retries(self):
+        _, objects = render(
+            CLUSTER,
+            {"ingress": {"enabled": True, "host": "streams.example.com", "tlsSecretName": "tls"}},
+            name="streams",
+        )
+        ingress = next(obj for _, obj in objects if obj["kind"] == "Ingress")
+        validate(ingress)
+        annotations = ingress["metadata"]["annotations"]
+        self.assertEqual(annotations["nginx.ingress.kubernetes.io/proxy-next-upstream"], "off")
+        self.assertEqual(ingress["spec"]["tls"][0]["secretName"], "tls")
+        backend = ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
+        self.assertEqual((backend["name"], backend["port"]["number"]), ("streams", 4437))
+
+    def test_values_schema_rejects_bad_values(self):
+        chart = helm.Chart.load(CLUSTER)
+        for bad in [
+            {"voters": 4},
+            {"voters": 0},
+            {"storage": {"size": "ten gigabytes"}},
+            {"gatewayReplicas": 0},
+            {"unknownKey": True},
+        ]:
+            with self.subTest(values=bad), self.assertRaises(helm.HelmValuesError):
+                chart.validate_schema(bad)
+
+    def test_the_crd_itself_refuses_four_voters(self):
+        _, objects = render(CLUSTER)
+        cluster = objects[0][1]
+        cluster["spec"]["voters"] = 4
+        with self.assertRaises(jsonschema.ValidationError):
+            jsonschema.validate(cluster, ursulacluster_schema())
+
+    def test_lints_clean(self):
+        report = helm.lint(CLUSTER, strict=True)
+        self.assertEqual([m for m in report["messages"] if m["severity"] >= 2], [])
+
+
+class PlainManifests(unittest.TestCase):
+    def test_every_kustomization_resource_is_valid_and_the_crds_are_current(self):
+        deploy = ROOT / "deploy"
+        kustomization = yaml.safe_load((deploy / "kustomization.yaml").read_text())
+        kinds = []
+        for resource in kustomization["resources"]:
+            for obj in yaml.safe_load_all((deploy / resource).read_text()):
+                with self.subTest(resource=resource):
+                    validate(obj)
+                    kinds.append(obj["kind"])
+        self.assertEqual(kinds.count("CustomResourceDefinition"), 2)
+        self.assertIn("Deployment", kinds)
+        for name in ["ursulacluster.yaml", "bucketpurge.yaml"]:
+            self.assertEqual(
+                (deploy / "crds" / name).read_text(),
+                (ROOT / "crds" / name).read_text(),
+                f"deploy/crds/{name} is stale",
+            )
+        # The plain RBAC is the chart's.
+        _, objects = render(OPERATOR, name="ursula-operator", namespace="ursula-system")
+        chart_role = next(obj for _, obj in objects if obj["kind"] == "ClusterRole")
+        plain_role = next(
+            obj for obj in yaml.safe_load_all((deploy / "operator" / "rbac.yaml").read_text())
+            if obj["kind"] == "ClusterRole"
+        )
+        self.assertEqual(plain_role["rules"], chart_role["rules"])
+
+    def test_examples_match_their_crds(self):
+        schemas = {}
+        for name in ["ursulacluster.yaml", "bucketpurge.yaml"]:
+            crd = yaml.safe_load((ROOT / "crds" / name).read_text())
+            schemas[crd["spec"]["names"]["kind"]] = crd["spec"]["versions"][0]["schema"][
+                "openAPIV3Schema"
+            ]
+        examples = list(
+            yaml.safe_load_all((ROOT / "deploy" / "examples" / "ursulacluster.yaml").read_text())
+        )
+        self.assertEqual(sorted(e["kind"] for e in examples), ["BucketPurge", "UrsulaCluster"])
+        for example in examples:
+            jsonschema.validate(example, schemas[example["kind"]])
+
+
+if __name__ == "__main__":
+    unittest.main()
