@@ -27,7 +27,12 @@ node="$root/target/release/ursula-node"
 bench="$root/target/release/ursula-bench"
 work="$(mktemp -d)"
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+# Stopped voters drain first; wait for them, so that a next run finds the ports free.
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
 trap cleanup EXIT
 
 "$node" --data-dir "$work/single" --listen 127.0.0.1:4737 --admin-listen 127.0.0.1:4738 \
