@@ -95,12 +95,14 @@ async fn observe(
                     && status.updated_replicas.unwrap_or(0) >= want
                     && status.available_replicas.unwrap_or(0) >= want
                     && status.replicas.unwrap_or(0) == want,
+                available: u16::try_from(status.available_replicas.unwrap_or(0)).unwrap_or(0),
             }
         }
         // Not created yet: it is created at the desired version.
         None => GatewayState {
             version: desired.clone(),
             rolled_out: false,
+            available: 0,
         },
     };
     let selector = workloads::labels(cluster, workloads::NODE)
@@ -383,7 +385,7 @@ pub async fn reconcile(cluster: Arc<UrsulaCluster>, ctx: Arc<Context>) -> Result
             .map(|v| (*v).to_owned()),
         gateway_version: Some(observed.gateway.version.clone()),
         ready_voters,
-        ready_gateways: 0,
+        ready_gateways: observed.gateway.available,
         upgrade_step: (!settled).then(|| step_text.clone()),
         step_started: if previous.upgrade_step.as_deref() == Some(step_text.as_str()) {
             previous.step_started.clone()

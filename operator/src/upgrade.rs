@@ -18,6 +18,8 @@ pub struct GatewayState {
     pub version: String,
     /// Whether the rollout of that template is complete: every replica updated and available.
     pub rolled_out: bool,
+    /// Available replicas, whatever their version.
+    pub available: u16,
 }
 
 /// One voter pod as observed.
@@ -176,6 +178,7 @@ mod tests {
             gateway: GatewayState {
                 version: gateway.0.into(),
                 rolled_out: gateway.1,
+                available: 2,
             },
             voters: voters
                 .iter()

@@ -184,6 +184,8 @@ async fn fake_api_an_upgrade_rolls_gateways_then_drains_and_replaces_voters_one_
     }
     let settled = reconcile(&setup).await;
     assert_eq!(condition(&settled, "Available"), "True");
+    assert_eq!(settled["status"]["readyVoters"], 3);
+    assert_eq!(settled["status"]["readyGateways"], 2);
     assert_eq!(condition(&settled, "Progressing"), "False");
 
     // Version bump: gateways first, voters untouched.
