@@ -87,7 +87,7 @@ class ClusterChart(unittest.TestCase):
     def test_upgrade_sets_the_version_and_overrides_reach_the_spec(self):
         _, objects = render(
             CLUSTER,
-            {"version": "0.7.3", "voters": 5, "nodeConfig": {"raft.group_count": 32},
+            {"version": "0.7.3", "voters": 5, "nodeConfig": {"server.long_poll_timeout": "30s"},
              "storage": {"size": "50Gi", "className": "fast"}},
         )
         spec = objects[0][1]["spec"]
@@ -96,7 +96,7 @@ class ClusterChart(unittest.TestCase):
             (spec["version"], spec["voters"], spec["storage"]["className"]),
             ("0.7.3", 5, "fast"),
         )
-        self.assertEqual(spec["nodeConfig"], {"raft.group_count": 32})
+        self.assertEqual(spec["nodeConfig"], {"server.long_poll_timeout": "30s"})
 
     def test_the_tls_ingress_never_retries(self):
         _, objects = render(

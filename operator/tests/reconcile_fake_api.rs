@@ -262,3 +262,64 @@ async fn fake_api_a_bucket_purge_succeeds_through_a_voter_and_is_not_repeated() 
         .expect("reconcile");
     assert_eq!(setup.admin_seen.lock().unwrap().len(), 1);
 }
+
+#[tokio::test]
+async fn fake_api_a_rollback_replaces_voters_before_gateways() {
+    let setup = setup().await;
+    // A cluster fully at 0.7.3.
+    setup.api.put(CLUSTER, cluster("0.7.3"));
+    reconcile(&setup).await;
+    gateways_rolled_out(&setup.api);
+    for ordinal in 0..3 {
+        setup.api.put(
+            &format!("/api/v1/namespaces/ns/pods/uc-{ordinal}"),
+            pod(ordinal, "0.7.3", true),
+        );
+    }
+    reconcile(&setup).await;
+    // Back to 0.7.2: the voters' template first, then voter 2; gateways stay at 0.7.3.
+    setup.api.put(CLUSTER, cluster("0.7.2"));
+    reconcile(&setup).await;
+    assert!(image(&setup.api.get(SET).unwrap()).ends_with(":0.7.2"));
+    assert!(image(&setup.api.get(GATEWAYS).unwrap()).ends_with(":0.7.3"));
+    let step = reconcile(&setup).await;
+    assert_eq!(step["status"]["upgradeStep"], "voter 2");
+    assert!(image(&setup.api.get(GATEWAYS).unwrap()).ends_with(":0.7.3"));
+    // Every voter back at 0.7.2: only now the gateways.
+    for ordinal in 0..3 {
+        setup.api.put(
+            &format!("/api/v1/namespaces/ns/pods/uc-{ordinal}"),
+            pod(ordinal, "0.7.2", true),
+        );
+    }
+    let gateways = reconcile(&setup).await;
+    assert_eq!(gateways["status"]["upgradeStep"], "gateways");
+    assert!(image(&setup.api.get(GATEWAYS).unwrap()).ends_with(":0.7.2"));
+}
+
+#[tokio::test]
+async fn fake_api_an_invalid_spec_is_reported_degraded_and_changes_nothing() {
+    let setup = setup().await;
+    let mut invalid = cluster("0.7.2");
+    invalid["spec"]["nodeConfig"] = json!({"raft.group_count": 32});
+    setup.api.put(CLUSTER, invalid);
+    let status = reconcile(&setup).await;
+    assert_eq!(condition(&status, "Degraded"), "True");
+    let degraded = status["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Degraded")
+        .unwrap()
+        .clone();
+    assert_eq!(degraded["reason"], "InvalidSpec");
+    assert!(
+        degraded["message"]
+            .as_str()
+            .unwrap()
+            .contains("raft.group_count")
+    );
+    assert!(setup.api.get(SET).is_none(), "nothing was applied");
+    let events = setup.api.events.lock().unwrap();
+    assert!(events.iter().any(|e| e["reason"] == "InvalidSpec"));
+}
