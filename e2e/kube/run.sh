@@ -12,7 +12,7 @@ bin_dir="$(realpath "${1:-$root/target/debug}")"
 W="$(mktemp -d)"
 operator_pid=""
 cleanup() {
-  [ -n "$operator_pid" ] && kill "$operator_pid" 2>/dev/null || true
+  [ -n "$operator_pid" ] && kill -9 "$operator_pid" 2>/dev/null || true
   kube_down || true
   rm -rf "$W"
 }

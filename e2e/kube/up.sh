@@ -14,8 +14,9 @@ mkdir -p "$W/pki" "$W/logs"
 P="$W/pki"
 KUBE_PIDS=()
 
+# Throwaway processes: SIGKILL (a graceful apiserver waits on its clients' open watches).
 kube_down() {
-  for ((i = ${#KUBE_PIDS[@]} - 1; i >= 0; i--)); do kill "${KUBE_PIDS[$i]}" 2>/dev/null || true; done
+  for ((i = ${#KUBE_PIDS[@]} - 1; i >= 0; i--)); do kill -9 "${KUBE_PIDS[$i]}" 2>/dev/null || true; done
   for pid in "${KUBE_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
   KUBE_PIDS=()
 }
