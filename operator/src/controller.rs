@@ -407,10 +407,26 @@ async fn write_status(
     name: &str,
     status: &UrsulaClusterStatus,
 ) -> Result<(), Error> {
-    let api: Api<UrsulaCluster> = Api::namespaced(client.clone(), ns);
+    apply_status::<UrsulaCluster>(client, ns, name, status).await
+}
+
+/// Writes a custom resource's status with server-side apply (the status subresource).
+pub async fn apply_status<K>(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    status: &impl Serialize,
+) -> Result<(), Error>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + DeserializeOwned,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
     let patch = serde_json::json!({
-        "apiVersion": "ursula.io/v1alpha1",
-        "kind": "UrsulaCluster",
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
         "status": status,
     });
     api.patch_status(

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::Action;
 
-use crate::controller::{Context, Error, FIELD_MANAGER};
+use crate::controller::{Context, Error};
 use crate::crd::{BucketPurge, BucketPurgeStatus, PurgePhase, UrsulaCluster};
 
 /// Tries before a purge is reported `Failed`; each try goes to the next voter.
@@ -106,19 +106,7 @@ async fn write(
     name: &str,
     status: BucketPurgeStatus,
 ) -> Result<(), Error> {
-    let api: Api<BucketPurge> = Api::namespaced(ctx.client.clone(), ns);
-    let patch = serde_json::json!({
-        "apiVersion": "ursula.io/v1alpha1",
-        "kind": "BucketPurge",
-        "status": status,
-    });
-    api.patch_status(
-        name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
-    Ok(())
+    crate::controller::apply_status::<BucketPurge>(&ctx.client, ns, name, &status).await
 }
 
 pub fn error_policy(_purge: Arc<BucketPurge>, error: &Error, _ctx: Arc<Context>) -> Action {

@@ -331,14 +331,17 @@ impl RaftLogReader<TypeConfig> for LogStore {
     ) -> Result<Vec<Entry>, StorageError> {
         let (from, until) = bounds(&range);
         let state = self.state.lock();
-        let start = from.max(state.first);
-        let skip = usize::try_from(start - state.first).unwrap_or(usize::MAX);
-        let take = usize::try_from(until.saturating_sub(start)).unwrap_or(usize::MAX);
+        // Positions in memory of the indexes asked for, clamped to what is held.
+        let held = state.entries.len();
+        let position = |index: u64| {
+            usize::try_from(index.saturating_sub(state.first))
+                .unwrap_or(usize::MAX)
+                .min(held)
+        };
+        let (start, end) = (position(from), position(until));
         Ok(state
             .entries
-            .iter()
-            .skip(skip)
-            .take(take)
+            .range(start..end.max(start))
             .cloned()
             .collect())
     }
