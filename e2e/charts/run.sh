@@ -7,9 +7,6 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 venv="$root/e2e/.tools/chart-venv"
-if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import helm_python, kubernetes_validate' 2>/dev/null; then
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$here/requirements.txt"
-fi
+"$here/setup-venv.sh" "$venv"
 cd "$root"
 "$venv/bin/python" -m unittest -v "$here/test_charts.py"

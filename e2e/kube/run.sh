@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end tests against a real control plane (up.sh): the apiserver accepts the CRDs and
 # itself rejects invalid resources; the operator, a real process, turns an UrsulaCluster into its
-# objects and reports it Available once kwok makes the pods ready. (Upgrades and purges against
-# running nodes are not here yet: the pods kwok "runs" have no processes.)
+# objects and reports it Available once kwok makes the pods ready. Then test_lifecycle.py: both
+# charts installed with Helm, upgrades, rollbacks, a halted upgrade and a bucket purge against
+# real voter processes.
 #
 # Usage: e2e/kube/run.sh [path/to/target/dir]   (default target/debug)
 set -euo pipefail
@@ -102,5 +103,17 @@ fi
 kubectl get -n e2e ursulacluster
 phase="$(kubectl get -n purges bucketpurge/p1 -o jsonpath='{.status.phase}')"
 [ "$phase" = Pending ] && ok "a BucketPurge for a missing cluster stays Pending" || fail "purge phase: $phase"
+
+# The rest runs with the operator of the operator chart (test_lifecycle.py starts it).
+kill -9 "$operator_pid" 2>/dev/null || true
+wait "$operator_pid" 2>/dev/null || true
+operator_pid=""
+venv="$root/e2e/.tools/chart-venv"
+"$root/e2e/charts/setup-venv.sh" "$venv" >/dev/null
+if URSULA_BIN_DIR="$bin_dir" "$venv/bin/python" "$here/test_lifecycle.py"; then
+  ok "install, upgrade, rollback, halted upgrade and bucket purge (test_lifecycle.py)"
+else
+  fail "test_lifecycle.py"
+fi
 
 exit $failed

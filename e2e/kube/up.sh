@@ -82,13 +82,27 @@ KUBE_PIDS+=($!)
 KUBE_PIDS+=($!)
 
 # kwok's stages, from its own module: nodes become Ready, scheduled pods Running and Ready,
-# deleted pods go.
+# deleted pods go. One change: a pod of the image NEVER_READY_IMAGE never becomes ready (an
+# image that crash-loops, for the tests of a halted upgrade).
+export NEVER_READY_IMAGE="ursula/ursula-node:9.9.9-never-ready"
 STAGES="$(cd / && go mod download -json sigs.k8s.io/kwok@v0.8.0 | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')/kustomize/stage"
 for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
   pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
   echo '---'
-  cat "$STAGES/$f"
+  if [ "$f" = pod/fast/pod-ready.yaml ]; then
+    awk -v image="$NEVER_READY_IMAGE" '{ print }
+      /^    matchExpressions:$/ && !done {
+        print "    - key: \x27.spec.containers.[0].image\x27"
+        print "      operator: \x27NotIn\x27"
+        print "      values:"
+        print "      - \x27" image "\x27"
+        done = 1
+      }' "$STAGES/$f"
+  else
+    cat "$STAGES/$f"
+  fi
 done >"$W/kwok.yaml"
+grep -q "$NEVER_READY_IMAGE" "$W/kwok.yaml" || { echo "up.sh: kwok's pod-ready stage changed shape" >&2; return 1 2>/dev/null || exit 1; }
 "$BIN/kwok" --kubeconfig="$KUBECONFIG" --config="$W/kwok.yaml" --manage-all-nodes=true \
   --node-lease-duration-seconds=40 --cidr=10.0.0.0/16 --node-ip=10.0.0.1 >"$W/logs/kwok.log" 2>&1 &
 KUBE_PIDS+=($!)

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Resource, ResourceExt};
@@ -62,12 +62,22 @@ fn pod_ready(pod: &Pod) -> bool {
         })
 }
 
+/// What the planner needs, read from the API, and what acting on its step needs.
+struct Observation {
+    observed: Observed,
+    /// The version of the StatefulSet's pod template, if it exists.
+    voter_template: Option<String>,
+    /// The UID of each voter's pod (by ordinal), so that a replacement deletes exactly the pod
+    /// the plan was made from.
+    pod_uids: Vec<Option<String>>,
+}
+
 /// What the planner needs, read from the API.
 async fn observe(
     cluster: &UrsulaCluster,
     ns: &str,
     client: &kube::Client,
-) -> Result<(Observed, Option<String>), Error> {
+) -> Result<Observation, Error> {
     let name = cluster.name_any();
     let desired = cluster.spec.version.clone();
     let sets: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
@@ -111,12 +121,23 @@ async fn observe(
         .collect::<Vec<_>>()
         .join(",");
     let listed = pods.list(&ListParams::default().labels(&selector)).await?;
-    let voters = (0..cluster.spec.voters)
+    // A terminating pod is a voter being replaced: as good as missing.
+    let voter_pods: Vec<Option<&Pod>> = (0..cluster.spec.voters)
         .map(|ordinal| {
-            let pod = listed
-                .items
-                .iter()
-                .find(|p| p.name_any() == format!("{name}-{ordinal}"));
+            listed.items.iter().find(|p| {
+                p.name_any() == format!("{name}-{ordinal}")
+                    && p.metadata.deletion_timestamp.is_none()
+            })
+        })
+        .collect();
+    let pod_uids = voter_pods
+        .iter()
+        .map(|pod| pod.and_then(|p| p.metadata.uid.clone()))
+        .collect();
+    let voters = (0..cluster.spec.voters)
+        .zip(&voter_pods)
+        .map(|(ordinal, pod)| {
+            let pod = *pod;
             VoterState {
                 ordinal,
                 version: pod.and_then(|p| {
@@ -137,15 +158,16 @@ async fn observe(
         .map_or(Duration::ZERO, |started| {
             Duration::try_from(Timestamp::now().duration_since(started)).unwrap_or_default()
         });
-    Ok((
-        Observed {
+    Ok(Observation {
+        observed: Observed {
             desired,
             gateway,
             voters,
             waiting_for,
         },
         voter_template,
-    ))
+        pod_uids,
+    })
 }
 
 async fn apply<K>(client: &kube::Client, ns: &str, object: &K) -> Result<(), Error>
@@ -181,6 +203,25 @@ fn condition(
     }
 }
 
+/// When the current step started, for the planner's ready timeout. A spec change restarts the
+/// clock; a halt keeps the clock of the step that timed out, so that the halt stays until the
+/// spec changes or the voter recovers.
+fn step_started(
+    previous: &UrsulaClusterStatus,
+    generation: Option<i64>,
+    step: &Step,
+    step_text: &str,
+) -> Option<String> {
+    let same_spec = previous.observed_generation == generation;
+    let same_step = previous.upgrade_step.as_deref() == Some(step_text);
+    if same_spec && (same_step || matches!(step, Step::Halt(_))) && previous.step_started.is_some()
+    {
+        previous.step_started.clone()
+    } else {
+        Some(Timestamp::now().to_string())
+    }
+}
+
 fn step_name(step: &Step) -> String {
     match step {
         Step::Done => "done".into(),
@@ -191,19 +232,51 @@ fn step_name(step: &Step) -> String {
     }
 }
 
+/// What an event is about besides the cluster, and which action it reports. The Recorder folds
+/// events of the same reason, action and related object into one series (keeping the first
+/// note), so every distinct step needs its own action or related object.
+struct EventScope {
+    action: String,
+    related: Option<ObjectReference>,
+}
+
+impl EventScope {
+    fn reconcile() -> Self {
+        Self {
+            action: "Reconcile".into(),
+            related: None,
+        }
+    }
+
+    /// A step toward `version`, about one of the cluster's objects.
+    fn version_step(version: &str, kind: &str, api_version: &str, ns: &str, name: String) -> Self {
+        Self {
+            action: format!("Version {version}"),
+            related: Some(ObjectReference {
+                api_version: Some(api_version.into()),
+                kind: Some(kind.into()),
+                namespace: Some(ns.into()),
+                name: Some(name),
+                ..ObjectReference::default()
+            }),
+        }
+    }
+}
+
 async fn publish(
     ctx: &Context,
     cluster: &UrsulaCluster,
     type_: EventType,
     reason: &str,
+    scope: EventScope,
     note: String,
 ) {
     let event = Event {
         type_,
         reason: reason.to_owned(),
         note: Some(note),
-        action: "Reconcile".to_owned(),
-        secondary: None,
+        action: scope.action,
+        secondary: scope.related,
     };
     if let Err(error) = ctx.recorder.publish(&event, &cluster.object_ref(&())).await {
         tracing::warn!(%error, "cannot publish an event");
@@ -249,6 +322,7 @@ pub async fn reconcile(cluster: Arc<UrsulaCluster>, ctx: Arc<Context>) -> Result
                 &cluster,
                 EventType::Warning,
                 "InvalidSpec",
+                EventScope::reconcile(),
                 invalid.to_string(),
             )
             .await;
@@ -256,10 +330,24 @@ pub async fn reconcile(cluster: Arc<UrsulaCluster>, ctx: Arc<Context>) -> Result
         }
     };
 
-    let (observed, voter_template) = observe(&cluster, &ns, client).await?;
+    let Observation {
+        observed,
+        voter_template,
+        pod_uids,
+    } = observe(&cluster, &ns, client).await?;
     // A new cluster starts at the desired version; an existing one moves by the planner.
     let voter_template = voter_template.unwrap_or_else(|| observed.desired.clone());
     let step = upgrade::next_step(&observed, &voter_template, ctx.limits);
+    if step != Step::Done {
+        tracing::info!(
+            cluster = %name,
+            namespace = %ns,
+            step = ?step,
+            voters = ?observed.voters,
+            gateway = ?observed.gateway,
+            "planned"
+        );
+    }
     let gateway_version = match step {
         Step::RollGateway => observed.desired.clone(),
         _ => observed.gateway.version.clone(),
@@ -296,16 +384,37 @@ pub async fn reconcile(cluster: Arc<UrsulaCluster>, ctx: Arc<Context>) -> Result
                 &cluster,
                 EventType::Normal,
                 "ReplacingVoter",
+                EventScope::version_step(
+                    &observed.desired,
+                    "Pod",
+                    "v1",
+                    &ns,
+                    format!("{name}-{ordinal}"),
+                ),
                 format!(
                     "draining and replacing voter {ordinal} for version {}",
                     observed.desired
                 ),
             )
             .await;
-            ctx.nodes.drain(&cluster, *ordinal).await?;
+            // A voter that is not ready leads nothing and may not answer: no drain.
+            let ready = observed
+                .voters
+                .iter()
+                .any(|v| v.ordinal == *ordinal && v.ready);
+            if ready {
+                ctx.nodes.drain(&cluster, *ordinal).await?;
+            }
+            // Exactly the pod observed: never its replacement, should it already exist.
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: pod_uids.get(usize::from(*ordinal)).cloned().flatten(),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
             let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-            pods.delete(&format!("{name}-{ordinal}"), &DeleteParams::default())
-                .await?;
+            pods.delete(&format!("{name}-{ordinal}"), &params).await?;
         }
         Step::RollGateway => {
             publish(
@@ -313,6 +422,13 @@ pub async fn reconcile(cluster: Arc<UrsulaCluster>, ctx: Arc<Context>) -> Result
                 &cluster,
                 EventType::Normal,
                 "RollingGateways",
+                EventScope::version_step(
+                    &observed.desired,
+                    "Deployment",
+                    "apps/v1",
+                    &ns,
+                    format!("{name}-gateway"),
+                ),
                 format!("gateways to version {}", observed.desired),
             )
             .await;
@@ -323,6 +439,10 @@ pub async fn reconcile(cluster: Arc<UrsulaCluster>, ctx: Arc<Context>) -> Result
                 &cluster,
                 EventType::Warning,
                 "UpgradeHalted",
+                EventScope {
+                    action: format!("Version {}", observed.desired),
+                    related: None,
+                },
                 reason.clone(),
             )
             .await;
@@ -387,11 +507,7 @@ pub async fn reconcile(cluster: Arc<UrsulaCluster>, ctx: Arc<Context>) -> Result
         ready_voters,
         ready_gateways: observed.gateway.available,
         upgrade_step: (!settled).then(|| step_text.clone()),
-        step_started: if previous.upgrade_step.as_deref() == Some(step_text.as_str()) {
-            previous.step_started.clone()
-        } else {
-            Some(Timestamp::now().to_string())
-        },
+        step_started: step_started(&previous, generation, &step, &step_text),
     };
     write_status(client, &ns, &name, &status).await?;
     Ok(Action::requeue(if settled {

@@ -3,6 +3,9 @@
 
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
 
 use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
@@ -15,8 +18,24 @@ use ursula_operator::nodes::Nodes;
 use ursula_operator::purge;
 use ursula_operator::upgrade::Limits;
 
+/// The Ursula operator: reconciles `UrsulaCluster` and `BucketPurge` resources.
+#[derive(Debug, Parser)]
+#[command(name = "ursula-operator", version)]
+struct Args {
+    /// Where voters' admin listeners are, as a URL template with `{name}`, `{namespace}` and
+    /// `{ordinal}` (for an operator outside the cluster network, e.g. through a tunnel).
+    /// Default: the headless Service's names, `http://{name}-{ordinal}.{name}-headless.{namespace}.svc:4438`.
+    #[arg(long, value_name = "TEMPLATE")]
+    voter_admin_url: Option<String>,
+    /// How long a replaced voter, or a gateway rollout, may take to become ready before the
+    /// upgrade halts with `Degraded`.
+    #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+    ready_timeout: u64,
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
+    let args = Args::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -37,8 +56,12 @@ async fn main() -> ExitCode {
     let context = Arc::new(Context {
         client: client.clone(),
         recorder: Recorder::new(client.clone(), reporter),
-        nodes: Nodes::default(),
-        limits: Limits::default(),
+        nodes: args
+            .voter_admin_url
+            .map_or_else(Nodes::default, Nodes::with_admin_template),
+        limits: Limits {
+            ready_timeout: Duration::from_secs(args.ready_timeout),
+        },
     });
     let clusters = Controller::new(
         Api::<UrsulaCluster>::all(client.clone()),

@@ -32,6 +32,21 @@ pub struct Nodes {
     admin: AdminAddress,
 }
 
+/// Fills `{name}`, `{namespace}` and `{ordinal}` of `template` for voter `ordinal` of
+/// `cluster`, e.g. `http://{name}-{ordinal}.example:4438`.
+pub fn admin_url_from_template(template: &str, cluster: &UrsulaCluster, ordinal: u8) -> String {
+    use kube::ResourceExt;
+    template
+        .replace("{name}", &cluster.name_any())
+        .replace(
+            "{namespace}",
+            &cluster.namespace().unwrap_or_else(|| "default".into()),
+        )
+        .replace("{ordinal}", &ordinal.to_string())
+        .trim_end_matches('/')
+        .to_owned()
+}
+
 impl Default for Nodes {
     /// Voters are reached through the headless Service's stable names.
     fn default() -> Self {
@@ -46,6 +61,14 @@ impl Default for Nodes {
 }
 
 impl Nodes {
+    /// Voters' admin listeners at a URL template instead of the headless Service's names, for
+    /// an operator that runs outside the cluster's network (see `admin_url_from_template`).
+    pub fn with_admin_template(template: String) -> Self {
+        Self::with_admin(Arc::new(move |cluster, ordinal| {
+            admin_url_from_template(&template, cluster, ordinal)
+        }))
+    }
+
     pub fn with_admin(admin: AdminAddress) -> Self {
         Self {
             client: Client::builder(TokioExecutor::new()).build_http(),
@@ -109,5 +132,55 @@ impl Nodes {
             ordinal,
             message: format!("an unreadable purge answer: {e}"),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::UrsulaClusterSpec;
+
+    fn cluster(name: &str, namespace: &str) -> UrsulaCluster {
+        let spec: UrsulaClusterSpec = serde_json::from_value(
+            serde_json::json!({"version": "0.1.0", "voters": 3, "storage": {"size": "1Gi"}}),
+        )
+        .expect("spec");
+        let mut cluster = UrsulaCluster::new(name, spec);
+        cluster.metadata.namespace = Some(namespace.into());
+        cluster
+    }
+
+    #[test]
+    fn admin_url_templates_name_each_voter() {
+        let streams = cluster("streams", "prod");
+        let cases = [
+            (
+                "http://{name}-{ordinal}.{name}-headless.{namespace}:4438",
+                2,
+                "http://streams-2.streams-headless.prod:4438",
+            ),
+            (
+                "http://127.0.0.1{ordinal}:4438/",
+                0,
+                "http://127.0.0.10:4438",
+            ),
+            ("http://admin.example", 1, "http://admin.example"),
+        ];
+        for (template, ordinal, expected) in cases {
+            assert_eq!(
+                admin_url_from_template(template, &streams, ordinal),
+                expected,
+                "{template}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_default_address_is_the_headless_service_name() {
+        let nodes = Nodes::default();
+        assert_eq!(
+            nodes.admin_url(&cluster("streams", "prod"), 1, "/admin/drain"),
+            "http://streams-1.streams-headless.prod.svc:4438/admin/drain"
+        );
     }
 }

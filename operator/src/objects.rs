@@ -8,11 +8,41 @@ use crate::crd::{BucketPurge, UrsulaCluster};
 
 /// The CRD files `crdgen` writes into `crds/`.
 pub fn crd_files() -> Vec<(&'static str, String)> {
-    let yaml = |crd| serde_yaml::to_string(&crd).unwrap_or_default();
+    let yaml = |crd| {
+        serde_json::to_value(&crd)
+            .map(|mut value| {
+                kubernetes_formats(&mut value);
+                serde_yaml::to_string(&value).unwrap_or_default()
+            })
+            .unwrap_or_default()
+    };
     vec![
         ("ursulacluster.yaml", yaml(UrsulaCluster::crd())),
         ("bucketpurge.yaml", yaml(BucketPurge::crd())),
     ]
+}
+
+/// schemars names Rust's unsigned integers (`uint8` ... `uint64`), formats the API server does
+/// not know and warns about on every apply; its own are `int32` and `int64` (the `minimum: 0`
+/// schemars also writes keeps them unsigned).
+fn kubernetes_formats(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            if let Some(serde_json::Value::String(format)) = map.get_mut("format") {
+                let known = match format.as_str() {
+                    "uint8" | "uint16" => Some("int32"),
+                    "uint32" | "uint64" => Some("int64"),
+                    _ => None,
+                };
+                if let Some(known) = known {
+                    *format = known.to_owned();
+                }
+            }
+            map.values_mut().for_each(kubernetes_formats);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(kubernetes_formats),
+        _ => {}
+    }
 }
 
 /// Raft groups every cluster runs.
@@ -268,6 +298,23 @@ mod tests {
                 Err(expected),
                 "{key}"
             );
+        }
+    }
+
+    #[test]
+    fn crds_use_only_integer_formats_the_api_server_knows() {
+        for (file, yaml) in crd_files() {
+            let formats: Vec<&str> = yaml
+                .lines()
+                .filter_map(|line| line.trim().strip_prefix("format: "))
+                .collect();
+            assert!(!formats.is_empty(), "{file}");
+            for format in formats {
+                assert!(
+                    ["int32", "int64", "date-time"].contains(&format),
+                    "{file}: format {format}"
+                );
+            }
         }
     }
 

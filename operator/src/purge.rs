@@ -21,6 +21,14 @@ pub async fn reconcile(purge: Arc<BucketPurge>, ctx: Arc<Context>) -> Result<Act
     let ns = purge
         .namespace()
         .ok_or_else(|| Error::NoNamespace(name.clone()))?;
+    // The event that started this reconcile may predate the status this operator wrote last
+    // (a purge writes `Purging`, then its outcome): read the resource itself, so that a
+    // finished purge is never run again (a second run finds the bucket empty and would
+    // overwrite the outcome with zero streams).
+    let purges: Api<BucketPurge> = Api::namespaced(ctx.client.clone(), &ns);
+    let Some(purge) = purges.get_opt(&name).await? else {
+        return Ok(Action::await_change());
+    };
     let status = purge.status.clone().unwrap_or_default();
     if matches!(
         status.phase,
@@ -81,6 +89,7 @@ pub async fn reconcile(purge: Arc<BucketPurge>, ctx: Arc<Context>) -> Result<Act
                 return Ok(Action::await_change());
             }
             Err(error) => {
+                tracing::warn!(purge = %name, %error, "purge attempt failed; trying the next voter");
                 last_error = error.to_string();
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }

@@ -127,9 +127,21 @@ pub fn next_step(observed: &Observed, voter_template: &str, limits: Limits) -> S
         }
     };
     let voter_step = || -> Option<Step> {
-        // A voter that is missing or not ready is waited for, whatever its version: never
-        // more than one voter down.
+        // A voter that is missing or not ready is waited for: never more than one voter down.
+        // Unless a rollback finds it down at the newer version (an upgrade that halted on a bad
+        // version): replacing it takes nothing more down, and waiting would wait forever.
         if let Some(down) = observed.voters.iter().find(|v| !v.ready) {
+            let stuck_at_newer = down
+                .version
+                .as_deref()
+                .is_some_and(|v| compare_versions(v, desired) == Ordering::Greater);
+            if stuck_at_newer {
+                return Some(if voter_template != desired {
+                    Step::UpdateVoterTemplate
+                } else {
+                    Step::ReplaceVoter(down.ordinal)
+                });
+            }
             return Some(if timed_out {
                 Step::Halt(format!(
                     "voter {} did not become ready in {:?}",
@@ -300,6 +312,46 @@ mod tests {
         for (name, state, template, expected) in cases {
             assert_eq!(next_step(&state, template, limits), expected, "{name}");
         }
+    }
+
+    #[test]
+    fn a_rollback_replaces_a_voter_stuck_at_the_bad_version() {
+        let limits = Limits::default();
+        let mut stuck = observed(
+            "0.7.2",
+            ("0.7.3", true),
+            &[(OLD, true), (OLD, true), (NEW, false)],
+        );
+        stuck.waiting_for = Duration::from_secs(3600);
+        let cases: Vec<(&str, &Observed, &str, Step)> = vec![
+            (
+                "voter template first",
+                &stuck,
+                "0.7.3",
+                Step::UpdateVoterTemplate,
+            ),
+            (
+                "then the stuck voter",
+                &stuck,
+                "0.7.2",
+                Step::ReplaceVoter(2),
+            ),
+        ];
+        for (name, state, template, expected) in cases {
+            assert_eq!(next_step(state, template, limits), expected, "{name}");
+        }
+        // Going forward, a voter not ready at the desired version is still waited for.
+        let mut waiting = observed(
+            "0.7.3",
+            ("0.7.3", true),
+            &[(OLD, true), (OLD, true), (NEW, false)],
+        );
+        assert_eq!(next_step(&waiting, "0.7.3", limits), Step::WaitForVoter(2));
+        waiting.waiting_for = Duration::from_secs(3600);
+        assert!(matches!(
+            next_step(&waiting, "0.7.3", limits),
+            Step::Halt(_)
+        ));
     }
 
     #[test]

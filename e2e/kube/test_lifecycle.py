@@ -1,0 +1,612 @@
+"""The life of an Ursula cluster on a real control plane (up.sh), installed with Helm.
+
+- The operator chart is installed with a real Helm library, and the `ursula-operator` process
+  runs with its ServiceAccount's token: the chart's least-privilege RBAC is what it gets.
+- The cluster chart is installed, upgraded, rolled back; a bad version halts with `Degraded`
+  and a rollback recovers it; a `BucketPurge` purges and fences a bucket.
+- kwok makes pods Running and Ready; `VoterProcesses` (a test kubelet for voter pods) runs a
+  real `ursula-node` for each voter pod, with the operator's own config file (addresses
+  rewritten to loopback: voter N on 127.0.0.1N, the contract's ports), restarts it when its
+  pod is replaced, and stops it when its pod goes. Drains and purges go to those processes.
+
+Usage (run.sh does this): KUBECONFIG=... URSULA_BIN_DIR=target/debug python test_lifecycle.py
+"""
+
+import base64
+import http.client
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+import helm_python as helm
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BIN_DIR = pathlib.Path(os.environ.get("URSULA_BIN_DIR", ROOT / "target" / "debug")).resolve()
+NEVER_READY = os.environ.get("NEVER_READY_IMAGE", "ursula/ursula-node:9.9.9-never-ready")
+NS = "prod"
+OPERATOR_NS = "ursula-system"
+RELEASE = "streams"
+VOTERS = 3
+GATEWAYS = 2
+READY_TIMEOUT_S = 15
+
+
+def kubectl(*args, input=None, check=True):
+    done = subprocess.run(
+        ["kubectl", *args], input=input, capture_output=True, text=True, timeout=60
+    )
+    if check and done.returncode != 0:
+        raise RuntimeError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
+    return done.stdout
+
+
+def get_json(*args):
+    return json.loads(kubectl("get", *args, "-o", "json"))
+
+
+def wait_for(what, predicate, timeout=120.0, every=0.5):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+        except OSError as error:  # a process not listening yet
+            last = error
+        else:
+            if last:
+                return last
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+def voter_ip(ordinal):
+    return f"127.0.0.1{ordinal}"
+
+
+def request(method, ordinal, path, body=None, headers=None, port=4437, follow=True):
+    """One HTTP request to voter `ordinal`, following leader redirects as clients do."""
+    host, target = voter_ip(ordinal), path
+    for _ in range(5):
+        conn = http.client.HTTPConnection(host, port, timeout=10)
+        conn.request(method, target, body=body, headers=headers or {})
+        response = conn.getresponse()
+        data = response.read()
+        conn.close()
+        location = response.getheader("Location")
+        if follow and response.status == 307 and location:
+            rest = location.split("://", 1)[1]
+            hostport, _, target = rest.partition("/")
+            host, _, port = hostport.partition(":")
+            target = "/" + target
+            continue
+        return response.status, data
+    raise AssertionError(f"{method} {path}: too many redirects")
+
+
+class VoterProcesses(threading.Thread):
+    """The test kubelet of the voter pods (see the module docs)."""
+
+    def __init__(self, workdir):
+        super().__init__(daemon=True)
+        self.workdir = pathlib.Path(workdir)
+        self.running = {}  # ordinal -> (pod uid, Popen)
+        self.log = []  # (time, ordinal, what)
+        self.stopping = threading.Event()
+        self.error = None
+        self.passes = 0
+        self.quiet = False
+
+    def config_for(self, ordinal):
+        config_map = get_json("configmap", "-n", NS, f"{RELEASE}-config")
+        text = config_map["data"][f"{RELEASE}-{ordinal}.toml"]
+        for i in range(VOTERS):
+            text = text.replace(f"{RELEASE}-{i}.{RELEASE}-headless.{NS}.svc", voter_ip(i))
+        text = text.replace("0.0.0.0", voter_ip(ordinal))
+        text = text.replace('"/var/lib/ursula"', json.dumps(str(self.workdir / f"voter-{ordinal}")))
+        path = self.workdir / f"voter-{ordinal}.toml"
+        path.write_text(text)
+        return path
+
+    def stop_process(self, ordinal):
+        entry = self.running.pop(ordinal, None)
+        if entry is None or entry[1] is None:
+            return
+        process = entry[1]
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        self.log.append((time.monotonic(), ordinal, "stopped"))
+
+    def sync(self):
+        pods = get_json("pods", "-n", NS, "-l", f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/name=ursula-node")
+        live = {}
+        for pod in pods["items"]:
+            name = pod["metadata"]["name"]
+            if pod["metadata"].get("deletionTimestamp"):
+                continue
+            ordinal = int(name.rsplit("-", 1)[1])
+            live[ordinal] = (pod["metadata"]["uid"], pod["spec"]["containers"][0]["image"])
+        for ordinal in list(self.running):
+            if ordinal not in live or live[ordinal][0] != self.running[ordinal][0]:
+                self.stop_process(ordinal)
+        for ordinal, (uid, image) in live.items():
+            if ordinal in self.running:
+                continue
+            if image == NEVER_READY:
+                # The image crash-loops: nothing runs, and kwok never makes the pod ready.
+                self.running[ordinal] = (uid, None)
+                self.log.append((time.monotonic(), ordinal, f"cannot run {image}"))
+                continue
+            config = self.config_for(ordinal)
+            with open(self.workdir / f"voter-{ordinal}.log", "ab") as logfile:
+                process = subprocess.Popen(
+                    [str(BIN_DIR / "ursula-node"), "--config", str(config)],
+                    stdout=logfile,
+                    stderr=logfile,
+                )
+            self.running[ordinal] = (uid, process)
+            self.log.append((time.monotonic(), ordinal, f"started {image}"))
+
+    def run(self):
+        while not self.stopping.is_set():
+            before = list(self.log)
+            try:
+                self.sync()
+                self.quiet = self.log == before
+            except Exception as error:  # the control plane is slow for a moment: retry
+                self.error = error
+                self.quiet = False
+            self.passes += 1
+            time.sleep(0.3)
+
+    def wait_synced(self):
+        """Until a whole pass over the pods, started after this call, changed nothing: every
+        voter pod has its process, and no process outlives its pod."""
+        start = self.passes
+        wait_for(
+            "the test kubelet to catch up",
+            lambda: self.passes >= start + 2 and self.quiet,
+            timeout=60,
+            every=0.1,
+        )
+
+    def shutdown(self):
+        self.stopping.set()
+        if self.is_alive():
+            self.join(timeout=10)
+        for ordinal in list(self.running):
+            entry = self.running.pop(ordinal)
+            if entry[1] is not None:
+                entry[1].kill()
+                entry[1].wait()
+
+
+class PodEvents(threading.Thread):
+    """A `kubectl get pods --watch` of the cluster's namespace, as ordered lines."""
+
+    FORMAT = (
+        '{.type}{" "}{.object.metadata.name}{" "}{.object.metadata.uid}{" "}'
+        '{.object.metadata.labels.app\\.kubernetes\\.io/name}{" "}'
+        '{.object.spec.containers[0].image}{" "}'
+        '{.object.status.conditions[?(@.type=="Ready")].status}{" "}'
+        '{.object.metadata.deletionTimestamp}{"\\n"}'
+    )
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.process = subprocess.Popen(
+            ["kubectl", "get", "pods", "-n", NS, "--watch", "--output-watch-events", "-o",
+             f"jsonpath={self.FORMAT}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        self.events = []
+        self.lock = threading.Lock()
+
+    def run(self):
+        for line in self.process.stdout:
+            parts = line.split()
+            if len(parts) < 5:
+                continue
+            kind, name, uid, component, image = parts[:5]
+            rest = parts[5:]
+            raw = line.rstrip("\n")
+            event = {
+                "type": kind,
+                "name": name,
+                "uid": uid,
+                "component": component,
+                "version": image.rsplit(":", 1)[-1],
+                "ready": "True" in rest,
+                "deleting": kind == "DELETED" or any(p[:2] == "20" for p in rest),
+                "raw": raw,
+            }
+            with self.lock:
+                self.events.append(event)
+
+    def mark(self):
+        with self.lock:
+            return len(self.events)
+
+    def since(self, mark):
+        with self.lock:
+            return list(self.events[mark:])
+
+    def stop(self):
+        self.process.kill()
+        self.process.wait()
+        self.process.stdout.close()
+
+
+def first_deletions(events):
+    """(index, event) of the first deletion sign of each pod UID, in order."""
+    seen, out = set(), []
+    for i, event in enumerate(events):
+        if event["deleting"] and event["uid"] not in seen:
+            seen.add(event["uid"])
+            out.append((i, event))
+    return out
+
+
+class step:
+    """A named step of the scenario; a failure names the step it happened in."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __enter__(self):
+        print(f"step: {self.name}", file=sys.stderr, flush=True)
+        self.started = time.monotonic()
+
+    def __exit__(self, kind, error, trace):
+        if error is not None:
+            raise AssertionError(f"step {self.name!r}: {error}") from error
+        print(f"  ok ({time.monotonic() - self.started:.1f}s)", file=sys.stderr, flush=True)
+        return False
+
+
+def cluster_status():
+    return get_json("ursulacluster", "-n", NS, RELEASE).get("status", {})
+
+
+def condition(status, kind):
+    for c in status.get("conditions", []):
+        if c["type"] == kind:
+            return c
+    return {}
+
+
+def settled_at(version):
+    def check():
+        status = cluster_status()
+        ok = (
+            condition(status, "Available").get("reason") == "Ready"
+            and status.get("nodeVersion") == version
+            and status.get("gatewayVersion") == version
+            and status.get("readyVoters") == VOTERS
+        )
+        return status if ok else None
+
+    return check
+
+
+def operator_events(reason):
+    events = get_json("events", "-n", NS)
+    found = []
+    for event in sorted(events["items"], key=lambda e: e["metadata"]["creationTimestamp"]):
+        if event.get("reason") == reason and event["involvedObject"]["name"] == RELEASE:
+            found.append(event.get("note") or event.get("message") or "")
+    return found
+
+
+class ClusterLifecycle(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.work = tempfile.mkdtemp(prefix="ursula-lifecycle-")
+        kubeconfig = os.environ["KUBECONFIG"]
+        cls.helm_operator = helm.Config(kubeconfig_path=kubeconfig, namespace=OPERATOR_NS)
+        cls.helm = helm.Config(kubeconfig_path=kubeconfig, namespace=NS)
+        cls.operator = None
+        cls.voters = VoterProcesses(cls.work)
+        cls.pods = None
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.pods:
+            cls.pods.stop()
+        cls.voters.shutdown()
+        if cls.operator:
+            cls.operator.kill()
+            cls.operator.wait()
+
+    def install_operator(self):
+        release = self.helm_operator.install(
+            ROOT / "charts" / "ursula-operator",
+            "ursula-operator",
+            {},
+            namespace=OPERATOR_NS,
+            create_namespace=True,
+        )
+        self.assertEqual(release["status"], "deployed")
+        for crd in ("ursulaclusters.ursula.io", "bucketpurges.ursula.io"):
+            kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd}")
+        # The operator process gets exactly the chart's RBAC: a token of its ServiceAccount.
+        token = kubectl("create", "token", "ursula-operator", "-n", OPERATOR_NS).strip()
+        config = json.loads(kubectl("config", "view", "--raw", "-o", "json"))
+        cluster = config["clusters"][0]["cluster"]
+        kubeconfig = pathlib.Path(self.work) / "operator.kubeconfig"
+        kubeconfig.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "e2e", "cluster": cluster}],
+                    "users": [{"name": "operator", "user": {"token": token}}],
+                    "contexts": [
+                        {"name": "operator", "context": {"cluster": "e2e", "user": "operator"}}
+                    ],
+                    "current-context": "operator",
+                }
+            )
+        )
+        env = dict(os.environ, KUBECONFIG=str(kubeconfig), RUST_LOG="info")
+        type(self).operator_log = pathlib.Path(self.work) / "operator.log"
+        with open(self.operator_log, "ab") as log:
+            type(self).operator = subprocess.Popen(
+                [
+                    str(BIN_DIR / "ursula-operator"),
+                    "--voter-admin-url",
+                    "http://127.0.0.1{ordinal}:4438",
+                    "--ready-timeout",
+                    str(READY_TIMEOUT_S),
+                ],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def cluster_chart(self, action, version):
+        values = {
+            "version": version,
+            "voters": VOTERS,
+            "gatewayReplicas": GATEWAYS,
+            "storage": {"size": "1Gi"},
+        }
+        chart = ROOT / "charts" / "ursula"
+        if action == "install":
+            return self.helm.install(chart, RELEASE, values, namespace=NS, create_namespace=True)
+        return self.helm.upgrade(chart, RELEASE, values, namespace=NS)
+
+    def diagnostics(self):
+        tail = self.operator_log.read_text(errors="replace").splitlines()[-30:]
+        return "\n".join(
+            [f"status: {json.dumps(cluster_status())}", "operator log:", *tail]
+            + [f"voters: {self.voters.log[-12:]}", f"kubelet error: {self.voters.error!r}"]
+        )
+
+    def wait_settled(self, version, timeout=180):
+        """The operator reports the cluster settled at `version`, and every running voter
+        process answers `/readyz` (kwok marks pods ready at once; a kubelet would probe)."""
+        try:
+            status = wait_for(f"the cluster settled at {version}", settled_at(version), timeout)
+            self.voters.wait_synced()
+            for ordinal in range(VOTERS):
+                wait_for(
+                    f"voter {ordinal} ready",
+                    lambda o=ordinal: request("GET", o, "/readyz", port=4438)[0] == 200,
+                    timeout=60,
+                )
+            return status
+        except AssertionError as error:
+            raise AssertionError(f"{error}\n{self.diagnostics()}") from None
+
+    def assert_voters_one_at_a_time(self, events, order):
+        """Voter pods were deleted in `order`, each only after the previous one's new pod
+        was ready."""
+        with open(pathlib.Path(self.work) / "pod-events.jsonl", "a") as out:
+            out.writelines(json.dumps(e) + "\n" for e in events)
+        deletions = [(i, e) for i, e in first_deletions(events) if e["component"] == "ursula-node"]
+        voter_lines = "\n".join(e["raw"] for e in events if e["component"] == "ursula-node")
+        self.assertEqual(
+            [int(e["name"].rsplit("-", 1)[1]) for _, e in deletions],
+            order,
+            f"voter deletion order; voter pod events:\n{voter_lines}",
+        )
+        for (_, before), (index, _) in zip(deletions, deletions[1:]):
+            replaced_ready = [
+                i
+                for i, e in enumerate(events[:index])
+                if e["name"] == before["name"] and e["uid"] != before["uid"] and e["ready"]
+            ]
+            self.assertTrue(
+                replaced_ready, f"{before['name']} was back and ready before the next deletion"
+            )
+        return deletions
+
+    def test_lifecycle(self):
+        # Claims of the voters need volumes (there is no provisioner).
+        for i in range(VOTERS):
+            kubectl(
+                "apply",
+                "-f",
+                "-",
+                input=json.dumps(
+                    {
+                        "apiVersion": "v1",
+                        "kind": "PersistentVolume",
+                        "metadata": {"name": f"lifecycle-pv-{i}"},
+                        "spec": {
+                            "capacity": {"storage": "1Gi"},
+                            "accessModes": ["ReadWriteOnce"],
+                            "hostPath": {"path": f"{self.work}/pv-{i}"},
+                        },
+                    }
+                ),
+            )
+        with step("helm install of the operator chart; the operator runs with its RBAC"):
+            self.install_operator()
+        self.voters.start()
+        type(self).pods = PodEvents()
+        self.pods.start()
+
+        with step("helm install of the cluster chart: Available, real voters serve"):
+            release = self.cluster_chart("install", "0.1.0")
+            self.assertEqual(release["status"], "deployed")
+            self.wait_settled("0.1.0")
+            self.assertEqual(request("PUT", 0, "/orders")[0], 201)
+            status, _ = request(
+                "PUT", 1, "/orders/eu", headers={"Content-Type": "text/plain"}, body=b"a"
+            )
+            self.assertEqual(status, 201)
+
+        with step("helm upgrade: gateways first, then voters 2, 1, 0"):
+            mark = self.pods.mark()
+            self.cluster_chart("upgrade", "0.2.0")
+            self.wait_settled("0.2.0")
+            events = self.pods.since(mark)
+            deletions = self.assert_voters_one_at_a_time(events, [2, 1, 0])
+            first_voter = deletions[0][0]
+            old_gateways = {
+                e["uid"] for e in events if e["component"] == "ursula-gateway" and e["version"] == "0.1.0"
+            }
+            gateway_deletions = {
+                e["uid"]: i
+                for i, e in first_deletions(events)
+                if e["component"] == "ursula-gateway"
+            }
+            self.assertEqual(set(gateway_deletions), old_gateways, "every old gateway pod went")
+            self.assertLess(
+                max(gateway_deletions.values()), first_voter, "gateways replaced before any voter"
+            )
+            self.assertEqual(
+                operator_events("ReplacingVoter")[-3:],
+                [f"draining and replacing voter {o} for version 0.2.0" for o in (2, 1, 0)],
+            )
+            self.assertTrue(operator_events("RollingGateways"), "a RollingGateways event")
+            # The cluster kept its data and takes writes after every voter was restarted.
+            status, body = request("GET", 2, "/orders/eu?offset=-1")
+            self.assertEqual((status, body), (200, b"a"))
+            status, _ = request("POST", 0, "/orders/eu", body=b"b", headers={"Content-Type": "text/plain"})
+            self.assertEqual(status, 204)
+
+        with step("helm rollback: voters 2, 1, 0 first, gateways last"):
+            mark = self.pods.mark()
+            self.helm.rollback(RELEASE, version=1)
+            self.wait_settled("0.1.0")
+            events = self.pods.since(mark)
+            deletions = self.assert_voters_one_at_a_time(events, [2, 1, 0])
+            gateway_deletions = [
+                i
+                for i, e in first_deletions(events)
+                if e["component"] == "ursula-gateway" and e["version"] == "0.2.0"
+            ]
+            self.assertEqual(len(gateway_deletions), GATEWAYS, "both new gateways went")
+            self.assertGreater(
+                min(gateway_deletions), deletions[-1][0], "gateways only after every voter"
+            )
+
+        with step("a voter that never becomes ready halts the upgrade with Degraded"):
+            version = NEVER_READY.rsplit(":", 1)[1]
+            self.cluster_chart("upgrade", version)
+
+            def halted():
+                status = cluster_status()
+                degraded = condition(status, "Degraded")
+                return status if degraded.get("status") == "True" else None
+
+            status = wait_for("Degraded", halted, timeout=READY_TIMEOUT_S + 90)
+            self.assertEqual(condition(status, "Degraded")["reason"], "UpgradeHalted")
+            self.assertIn("voter 2", condition(status, "Degraded")["message"])
+            self.assertEqual(status["gatewayVersion"], version)
+            pods = get_json("pods", "-n", NS, "-l", "app.kubernetes.io/name=ursula-node")
+            versions = {
+                p["metadata"]["name"]: p["spec"]["containers"][0]["image"].rsplit(":", 1)[1]
+                for p in pods["items"]
+            }
+            self.assertEqual(
+                versions,
+                {f"{RELEASE}-0": "0.1.0", f"{RELEASE}-1": "0.1.0", f"{RELEASE}-2": version},
+                "only voter 2 was replaced",
+            )
+            self.assertTrue(operator_events("UpgradeHalted"), "an UpgradeHalted event")
+            time.sleep(3)
+            self.assertEqual(condition(cluster_status(), "Degraded").get("status"), "True", "the halt stays")
+            # The two remaining voters are a quorum: the cluster still takes writes.
+            status, _ = request("POST", 0, "/orders/eu", body=b"c", headers={"Content-Type": "text/plain"})
+            self.assertEqual(status, 204)
+
+        with step("helm rollback of the halted upgrade recovers the cluster"):
+            history = self.helm.history(RELEASE)
+            self.helm.rollback(RELEASE, version=len(history) - 1)
+            status = self.wait_settled("0.1.0")
+            self.assertNotEqual(condition(status, "Degraded").get("status"), "True")
+            status, body = request("GET", 2, "/orders/eu?offset=-1")
+            self.assertEqual((status, body), (200, b"abc"))
+
+        with step("helm upgrade of the operator chart"):
+            release = self.helm_operator.upgrade(
+                ROOT / "charts" / "ursula-operator",
+                "ursula-operator",
+                {"logLevel": "debug"},
+                namespace=OPERATOR_NS,
+            )
+            self.assertEqual((release["status"], release["revision"]), ("deployed", 2))
+            deployment = get_json("deployment", "-n", OPERATOR_NS, "ursula-operator")
+            env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+            self.assertIn({"name": "RUST_LOG", "value": "debug"}, env)
+
+        with step("BucketPurge purges and fences a bucket on the running voters"):
+            self.assertEqual(request("PUT", 1, "/tenant-a")[0], 201)
+            for name in ("one", "two", "three"):
+                status, _ = request(
+                    "PUT", 2, f"/tenant-a/{name}", body=b"x", headers={"Content-Type": "text/plain"}
+                )
+                self.assertEqual(status, 201)
+            kubectl(
+                "apply",
+                "-n",
+                NS,
+                "-f",
+                "-",
+                input=json.dumps(
+                    {
+                        "apiVersion": "ursula.io/v1alpha1",
+                        "kind": "BucketPurge",
+                        "metadata": {"name": "drop-tenant-a"},
+                        "spec": {"cluster": RELEASE, "bucket": "tenant-a"},
+                    }
+                ),
+            )
+
+            def finished():
+                status = get_json("bucketpurge", "-n", NS, "drop-tenant-a").get("status", {})
+                return status if status.get("phase") in ("Succeeded", "Failed") else None
+
+            status = wait_for("the purge to finish", finished, timeout=90)
+            self.assertEqual(status["phase"], "Succeeded", status)
+            self.assertEqual(status["purgedStreams"], 3)
+            for ordinal in range(VOTERS):
+                status, body = request("GET", ordinal, "/tenant-a/one")
+                self.assertEqual(status, 404, body)
+            status, body = request(
+                "PUT", 0, "/tenant-a/again", body=b"x", headers={"Content-Type": "text/plain"}
+            )
+            self.assertEqual(status, 404, "a purged bucket is fenced")
+            self.assertIn(b"error", body)
+            self.assertEqual(request("GET", 0, "/orders/eu?offset=-1")[1], b"abc", "other buckets stay")
+
+
+if __name__ == "__main__":
+    result = unittest.main(exit=False, verbosity=2).result
+    sys.exit(0 if result.wasSuccessful() else 1)
