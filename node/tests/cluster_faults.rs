@@ -1,6 +1,8 @@
-//! Faults in a 3-voter cluster of real `ursula-node` processes on loopback: SIGKILL of a busy
-//! leader or a follower, SIGKILL of every voter, a voter cut off (frozen with SIGSTOP), and a
-//! follower that missed a log compaction. Producers append throughout and retry with the same
+//! Faults in a 3-voter cluster of real `ursula-node` processes: SIGKILL of a busy leader or a
+//! follower, SIGKILL of every voter, a voter frozen with SIGSTOP, real network partitions
+//! (voters in network namespaces, links taken down: a leader cut off from everyone, and a
+//! leader cut off from its peers while its clients still reach it), and a follower that missed
+//! a log compaction. Producers append throughout and retry with the same
 //! (Id, Epoch, Seq) whenever an answer is lost. Afterwards every acknowledged append must be
 //! readable, once and in order, and every voter's own copy must be byte-identical.
 
@@ -14,6 +16,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Method, StatusCode};
 use support::cluster::TestCluster;
+use support::netns::Network;
 
 /// Buckets (one stream each); a bucket decides the group, so these spread over groups.
 const BUCKETS: [&str; 4] = ["fault-a", "fault-b", "fault-c", "fault-d"];
@@ -155,8 +158,25 @@ fn runtime() -> tokio::runtime::Runtime {
 
 /// Runs `fault` while producers append, then checks everything.
 fn under_load(raft_extra: &str, seed: u64, fault: impl AsyncFnOnce(&TestCluster)) {
+    run_under_load(TestCluster::start(3, raft_extra), seed, fault);
+}
+
+/// As `under_load`, with every voter in its own network namespace, so that `fault` can
+/// partition the network for real.
+fn under_load_partitionable(seed: u64, fault: impl AsyncFnOnce(&TestCluster)) {
+    let network = Network::create(3).unwrap_or_else(|error| {
+        panic!("real partitions need network namespaces (root or CAP_NET_ADMIN): {error}")
+    });
+    run_under_load(
+        TestCluster::start_partitionable(network, 3, ""),
+        seed,
+        fault,
+    );
+}
+
+fn run_under_load(cluster: TestCluster, seed: u64, fault: impl AsyncFnOnce(&TestCluster)) {
     let rt = runtime();
-    let cluster = Arc::new(TestCluster::start(3, raft_extra));
+    let cluster = Arc::new(cluster);
     rt.block_on(async {
         cluster.wait_ready().await;
         create_streams(&cluster).await;
@@ -229,6 +249,55 @@ fn a_leader_cut_off_is_replaced_and_rejoins() {
             cluster.freeze(leader);
             tokio::time::sleep(Duration::from_millis(1500)).await;
             cluster.thaw(leader);
+        });
+    }
+}
+
+#[test]
+fn a_leader_partitioned_from_everyone_is_replaced_and_rejoins() {
+    for seed in 1..=2 {
+        under_load_partitionable(seed, async |cluster| {
+            let leader = busy_leader(cluster, seed).await;
+            // Its links down: no packet reaches it or leaves it, while it runs on.
+            blocking(cluster, |c| c.partition(leader, true)).await;
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            blocking(cluster, |c| c.heal(leader)).await;
+        });
+    }
+}
+
+#[test]
+fn a_leader_cut_off_from_its_peers_but_not_its_clients_acknowledges_nothing_lost() {
+    for seed in 1..=2 {
+        under_load_partitionable(seed, async |cluster| {
+            let leader = busy_leader(cluster, seed).await;
+            // The split brain: clients still reach the old leader, which can no longer reach
+            // a quorum; the others elect a new one. Whatever the old leader accepted must stay
+            // unacknowledged (its clients give up and retry elsewhere with the same producer
+            // sequence numbers), and after the heal it steps down and takes the new log.
+            let group = cluster.group_of(BUCKETS[seed as usize % BUCKETS.len()]);
+            blocking(cluster, |c| c.partition(leader, false)).await;
+            // The majority side elects its own leader while the old one still claims the role.
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            let mut elected = None;
+            while elected.is_none() {
+                for other in (0..3).filter(|i| *i != leader) {
+                    if cluster.leads(other, group).await {
+                        elected = Some(other);
+                    }
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "no new leader elected"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            assert!(
+                cluster.leads(leader, group).await,
+                "the cut-off leader should still believe it leads (the split brain under test)"
+            );
+            tokio::time::sleep(Duration::from_millis(2000)).await;
+            blocking(cluster, |c| c.heal(leader)).await;
         });
     }
 }

@@ -3,7 +3,7 @@
 //! when one does not answer.
 
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
+use std::net::{Ipv4Addr, TcpListener};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -11,10 +11,15 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{Method, StatusCode};
 
+use super::netns::{Link, Network};
 use super::{Client, Reply};
 
 pub struct Voter {
     pub id: u64,
+    /// The address of its client and admin listeners.
+    pub ip: Ipv4Addr,
+    /// The network namespace it runs in, on a test `Network`.
+    netns: Option<String>,
     pub client_port: u16,
     pub admin_port: u16,
     config: PathBuf,
@@ -24,11 +29,11 @@ pub struct Voter {
 
 impl Voter {
     pub fn client(&self) -> Client {
-        Client::new(([127, 0, 0, 1], self.client_port).into())
+        Client::new((self.ip, self.client_port).into())
     }
 
     pub fn admin(&self) -> Client {
-        Client::new(([127, 0, 0, 1], self.admin_port).into())
+        Client::new((self.ip, self.admin_port).into())
     }
 
     pub fn is_running(&self) -> bool {
@@ -47,6 +52,8 @@ pub struct TestCluster {
     pub dir: tempfile::TempDir,
     pub voters: Vec<Voter>,
     pub group_count: usize,
+    /// Dropped after the voters are killed (fields drop after `Drop::drop`).
+    pub network: Option<Network>,
 }
 
 fn free_ports(count: usize) -> Vec<u16> {
@@ -63,36 +70,62 @@ fn free_ports(count: usize) -> Vec<u16> {
 impl TestCluster {
     /// Starts `n` voters with fast elections; `raft_extra` is added to each `[raft]` table.
     pub fn start(n: usize, raft_extra: &str) -> Self {
+        Self::start_on(None, n, raft_extra)
+    }
+
+    /// Starts `n` voters, each in its own namespace of `network`, on the contract's ports.
+    pub fn start_partitionable(network: Network, n: usize, raft_extra: &str) -> Self {
+        Self::start_on(Some(network), n, raft_extra)
+    }
+
+    fn start_on(network: Option<Network>, n: usize, raft_extra: &str) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
-        let ports = free_ports(3 * n);
+        // (client ip, cluster ip, client, admin and cluster ports) of each voter.
+        let addresses: Vec<(Ipv4Addr, Ipv4Addr, [u16; 3])> = match &network {
+            Some(network) => (0..n)
+                .map(|i| {
+                    (
+                        network.client_ips[i],
+                        network.cluster_ips[i],
+                        [4437, 4438, 4439],
+                    )
+                })
+                .collect(),
+            None => free_ports(3 * n)
+                .chunks(3)
+                .map(|p| (Ipv4Addr::LOCALHOST, Ipv4Addr::LOCALHOST, [p[0], p[1], p[2]]))
+                .collect(),
+        };
         let group_count = 4;
         let mut peers = String::new();
-        for id in 0..n {
+        for (id, (client_ip, cluster_ip, ports)) in addresses.iter().enumerate() {
             peers.push_str(&format!(
-                "[[raft.peers]]\nid = {}\ncluster_url = \"http://127.0.0.1:{}\"\nclient_url = \"http://127.0.0.1:{}\"\n",
+                "[[raft.peers]]\nid = {}\ncluster_url = \"http://{cluster_ip}:{}\"\nclient_url = \"http://{client_ip}:{}\"\n",
                 id + 1,
-                ports[3 * id + 2],
-                ports[3 * id],
+                ports[2],
+                ports[0],
             ));
         }
         let mut voters = Vec::new();
-        for id in 0..n {
+        for (id, &(client_ip, cluster_ip, ports)) in addresses.iter().enumerate() {
             let data = dir.path().join(format!("node-{}", id + 1));
             std::fs::create_dir_all(&data).expect("data dir");
             let config = dir.path().join(format!("node-{}.toml", id + 1));
             let text = format!(
-                "node_id = {}\ndata_dir = {:?}\n[server]\nlisten = \"127.0.0.1:{}\"\nadmin_listen = \"127.0.0.1:{}\"\ncluster_listen = \"127.0.0.1:{}\"\nlong_poll_timeout = \"300ms\"\n[raft]\ngroup_count = {group_count}\nheartbeat_interval = \"50ms\"\nelection_timeout = \"300ms\"\n{raft_extra}\n[raft.wal]\nmin_available_size = 1048576\nresume_available_size = 2097152\n{peers}",
+                "node_id = {}\ndata_dir = {:?}\n[server]\nlisten = \"{client_ip}:{}\"\nadmin_listen = \"{client_ip}:{}\"\ncluster_listen = \"{cluster_ip}:{}\"\nlong_poll_timeout = \"300ms\"\n[raft]\ngroup_count = {group_count}\nheartbeat_interval = \"50ms\"\nelection_timeout = \"300ms\"\n{raft_extra}\n[raft.wal]\nmin_available_size = 1048576\nresume_available_size = 2097152\n{peers}",
                 id + 1,
                 data,
-                ports[3 * id],
-                ports[3 * id + 1],
-                ports[3 * id + 2],
+                ports[0],
+                ports[1],
+                ports[2],
             );
             std::fs::write(&config, text).expect("config");
             voters.push(Voter {
                 id: id as u64 + 1,
-                client_port: ports[3 * id],
-                admin_port: ports[3 * id + 1],
+                ip: client_ip,
+                netns: network.as_ref().map(|network| network.namespace(id)),
+                client_port: ports[0],
+                admin_port: ports[1],
                 log: dir.path().join(format!("node-{}.log", id + 1)),
                 config,
                 child: parking_lot::Mutex::new(None),
@@ -102,6 +135,7 @@ impl TestCluster {
             dir,
             voters,
             group_count,
+            network,
         };
         for i in 0..n {
             cluster.spawn(i);
@@ -116,7 +150,16 @@ impl TestCluster {
             .append(true)
             .open(&voter.log)
             .expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_ursula-node"))
+        // `ip netns exec` execs the node in the namespace: the child is the node itself.
+        let mut command = match &voter.netns {
+            Some(ns) => {
+                let mut command = Command::new("ip");
+                command.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_ursula-node")]);
+                command
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_ursula-node")),
+        };
+        let child = command
             .arg("--config")
             .arg(&voter.config)
             .env("RUST_LOG", "info,openraft=warn")
@@ -127,7 +170,7 @@ impl TestCluster {
         *voter.child.lock() = Some(child);
         // Serving once the client port answers.
         let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", voter.client_port)).is_err() {
+        while std::net::TcpStream::connect((voter.ip, voter.client_port)).is_err() {
             assert!(
                 Instant::now() < deadline,
                 "voter {} did not start",
@@ -167,8 +210,43 @@ impl TestCluster {
         }
     }
 
+    /// Cuts voter `i` off the cluster network, or off both networks (`clients_too`): a real
+    /// partition on the test's `Network`.
+    pub fn partition(&self, i: usize, clients_too: bool) {
+        let network = self
+            .network
+            .as_ref()
+            .expect("started with start_partitionable");
+        network.cut(i, Link::Cluster);
+        if clients_too {
+            network.cut(i, Link::Client);
+        }
+    }
+
+    pub fn heal(&self, i: usize) {
+        let network = self
+            .network
+            .as_ref()
+            .expect("started with start_partitionable");
+        network.reconnect(i, Link::Cluster);
+        network.reconnect(i, Link::Client);
+    }
+
     pub fn group_of(&self, bucket: &str) -> usize {
         ursula_node::cluster::placement::group_of(bucket, self.group_count)
+    }
+
+    /// Whether voter `i` says it leads `group` (a cut-off leader still does).
+    pub async fn leads(&self, i: usize, group: usize) -> bool {
+        let Ok(reply) = self.voters[i]
+            .admin()
+            .try_send(Method::GET, "/metrics", &[], Bytes::new())
+            .await
+        else {
+            return false;
+        };
+        let needle = format!("ursula_group_is_leader{{group=\"{group}\"}} 1");
+        reply.text().lines().any(|line| line == needle)
     }
 
     /// The voter index that leads `group`, as the running voters report it.
