@@ -54,6 +54,13 @@ class OperatorChart(unittest.TestCase):
         pod = deployment["spec"]["template"]["spec"]
         self.assertTrue(pod["securityContext"]["runAsNonRoot"])
         self.assertEqual(pod["containers"][0]["image"], "ursula/ursula-operator:0.1.0")
+        self.assertEqual(pod["containers"][0]["args"], ["--ready-timeout", "600"])
+
+    def test_the_ready_timeout_reaches_the_operator(self):
+        _, objects = render(OPERATOR, {"readyTimeoutSeconds": 120})
+        deployment = next(obj for _, obj in objects if obj["kind"] == "Deployment")
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        self.assertEqual(container["args"], ["--ready-timeout", "120"])
 
     def test_ships_the_generated_crds_and_they_are_valid(self):
         chart = helm.Chart.load(OPERATOR)
@@ -66,7 +73,13 @@ class OperatorChart(unittest.TestCase):
 
     def test_values_schema_rejects_bad_values(self):
         chart = helm.Chart.load(OPERATOR)
-        for bad in [{"replicas": 2}, {"logLevel": "loud"}, {"imageTag": "x"}]:
+        for bad in [
+            {"replicas": 2},
+            {"logLevel": "loud"},
+            {"imageTag": "x"},
+            {"readyTimeoutSeconds": 1},
+            {"readyTimeoutSeconds": "ten"},
+        ]:
             with self.subTest(values=bad), self.assertRaises(helm.HelmValuesError):
                 chart.validate_schema(bad)
 

@@ -339,7 +339,11 @@ async fn a_leader_killed_under_load_costs_only_retryable_503s() {
             tokio::spawn(async move {
                 let mut seq = 0u64;
                 let mut unavailable = 0u64;
-                while !stop.load(Ordering::Relaxed) {
+                // After a 503 the append's fate is unknown (an unmarked one may have committed):
+                // a client retries it with the same sequence number until it is answered, even
+                // when told to stop, so that what it counts as acknowledged is exact.
+                let mut in_doubt = false;
+                while !stop.load(Ordering::Relaxed) || in_doubt {
                     let seq_text = seq.to_string();
                     let producer = format!("w{w}");
                     let headers = [
@@ -354,10 +358,14 @@ async fn a_leader_killed_under_load_costs_only_retryable_503s() {
                         .expect("the gateway itself never fails a request");
                     assert_eq!(reply.header("x-ursula-not-applied-checked"), Some("1"));
                     match reply.status {
-                        StatusCode::OK | StatusCode::NO_CONTENT => seq += 1,
+                        StatusCode::OK | StatusCode::NO_CONTENT => {
+                            seq += 1;
+                            in_doubt = false;
+                        }
                         StatusCode::SERVICE_UNAVAILABLE => {
                             assert_eq!(reply.header("retry-after"), Some("1"));
                             unavailable += 1;
+                            in_doubt = true;
                             tokio::time::sleep(Duration::from_millis(50)).await;
                         }
                         other => panic!(
