@@ -343,6 +343,10 @@ async fn a_leader_killed_under_load_costs_only_retryable_503s() {
                 // a client retries it with the same sequence number until it is answered, even
                 // when told to stop, so that what it counts as acknowledged is exact.
                 let mut in_doubt = false;
+                // Whether an earlier attempt of this seq got an answer that does not rule out
+                // that it applied (an unmarked 503). If not, a retry answered "duplicate" (204)
+                // would mean a marked refusal applied after all.
+                let mut maybe_applied = false;
                 while !stop.load(Ordering::Relaxed) || in_doubt {
                     let seq_text = seq.to_string();
                     let producer = format!("w{w}");
@@ -359,13 +363,19 @@ async fn a_leader_killed_under_load_costs_only_retryable_503s() {
                     assert_eq!(reply.header("x-ursula-not-applied-checked"), Some("1"));
                     match reply.status {
                         StatusCode::OK | StatusCode::NO_CONTENT => {
+                            assert!(
+                                reply.status == StatusCode::OK || maybe_applied,
+                                "writer {w} seq {seq}: a duplicate after only marked refusals"
+                            );
                             seq += 1;
                             in_doubt = false;
+                            maybe_applied = false;
                         }
                         StatusCode::SERVICE_UNAVAILABLE => {
                             assert_eq!(reply.header("retry-after"), Some("1"));
                             unavailable += 1;
                             in_doubt = true;
+                            maybe_applied |= reply.header("x-ursula-not-applied").is_none();
                             tokio::time::sleep(Duration::from_millis(50)).await;
                         }
                         other => panic!(
