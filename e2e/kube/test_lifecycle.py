@@ -90,6 +90,58 @@ def request(method, ordinal, path, body=None, headers=None, port=4437, follow=Tr
     raise AssertionError(f"{method} {path}: too many redirects")
 
 
+class Producer(threading.Thread):
+    """Appends `p:<seq>` lines to a stream for as long as it runs, as an idempotent producer
+    does: an append whose fate is unknown (no answer, a 503, a voter gone) is retried with the
+    same sequence number on the next voter until it is answered; `seq` only moves on a 200 or
+    204. Counts what it could not write at once, so the test can say what an upgrade cost."""
+
+    def __init__(self, path):
+        super().__init__(daemon=True)
+        self.path = path
+        self.acked = 0
+        self.retries = 0
+        self.unexpected = []
+        self.stopping = threading.Event()
+
+    def run(self):
+        voter = 0
+        deadline = None
+        while True:
+            if self.stopping.is_set():
+                # Finish the append in flight (its fate may be unknown), then stop.
+                deadline = deadline or time.monotonic() + 60
+                if time.monotonic() > deadline:
+                    self.unexpected.append("could not finish the last append")
+                    return
+            headers = {
+                "Content-Type": "text/plain",
+                "Producer-Id": "p",
+                "Producer-Epoch": "0",
+                "Producer-Seq": str(self.acked),
+            }
+            try:
+                status, body = request(
+                    "POST", voter, self.path, body=f"p:{self.acked}\n".encode(), headers=headers
+                )
+            except (OSError, http.client.HTTPException, AssertionError):
+                status, body = None, b""
+            if status in (200, 204):
+                self.acked += 1
+                if self.stopping.is_set():
+                    return
+                continue
+            if status not in (None, 503):
+                self.unexpected.append((status, body[:200]))
+            self.retries += 1
+            voter = (voter + 1) % VOTERS
+            time.sleep(0.05)
+
+    def stop(self):
+        self.stopping.set()
+        self.join(timeout=90)
+
+
 class VoterProcesses(threading.Thread):
     """The test kubelet of the voter pods (see the module docs)."""
 
@@ -484,7 +536,13 @@ class ClusterLifecycle(unittest.TestCase):
             )
             self.assertEqual(status, 201)
 
+        producer = Producer("/orders/rolling")
         with step("helm upgrade: gateways first, then voters 2, 1, 0"):
+            status, _ = request(
+                "PUT", 0, "/orders/rolling", headers={"Content-Type": "text/plain"}
+            )
+            self.assertEqual(status, 201)
+            producer.start()
             mark = self.pods.mark()
             self.cluster_chart("upgrade", "0.2.0")
             self.wait_settled("0.2.0")
@@ -528,6 +586,25 @@ class ClusterLifecycle(unittest.TestCase):
             self.assertEqual(len(gateway_deletions), GATEWAYS, "both new gateways went")
             self.assertGreater(
                 min(gateway_deletions), deletions[-1][1], "gateways only after every voter"
+            )
+
+        with step("a producer writing through the upgrade and the rollback lost nothing"):
+            producer.stop()
+            self.assertFalse(producer.is_alive(), "the producer finished")
+            self.assertEqual(producer.unexpected, [], "only 503s or no answer while voters moved")
+            status, body = request("GET", 0, "/orders/rolling?offset=-1")
+            self.assertEqual(status, 200)
+            lines = body.decode().splitlines()
+            self.assertEqual(
+                lines,
+                [f"p:{i}" for i in range(producer.acked)],
+                "every acknowledged append once, in order, and nothing else",
+            )
+            self.assertGreater(producer.acked, 50, "the producer kept writing")
+            print(
+                f"  {producer.acked} appends acknowledged across 6 voter restarts, "
+                f"{producer.retries} retried",
+                file=sys.stderr,
             )
 
         with step("a voter that never becomes ready halts the upgrade with Degraded"):
