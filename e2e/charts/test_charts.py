@@ -1,4 +1,5 @@
-"""Chart tests: real Helm rendering, Kubernetes schema validation, values schemas."""
+"""Chart tests: real Helm rendering, Kubernetes schema validation, values schemas; and the
+rules of the Dockerfiles in deploy/images."""
 
 import pathlib
 import unittest
@@ -190,6 +191,52 @@ class PlainManifests(unittest.TestCase):
         for example in examples:
             jsonschema.validate(example, schemas[example["kind"]])
 
+
+
+class Images(unittest.TestCase):
+    """The Dockerfiles (not built here: no registry): multi-stage, a slim final base, a
+    non-root user, the contract's ports, no HEALTHCHECK (probes are Kubernetes'), the
+    workspace's Rust version, and an entrypoint that is a binary the build makes."""
+
+    PORTS = {"node": {4437, 4438, 4439}, "gateway": {4437, 4438}, "operator": set()}
+
+    @staticmethod
+    def instructions(path):
+        lines, current = [], ""
+        for raw in path.read_text().splitlines():
+            if raw.lstrip().startswith("#"):
+                continue
+            current += raw.rstrip("\\").strip() + " "
+            if not raw.rstrip().endswith("\\"):
+                if current.strip():
+                    word, _, rest = current.strip().partition(" ")
+                    lines.append((word.upper(), rest.strip()))
+                current = ""
+        return lines
+
+    def test_every_image_follows_the_rules(self):
+        cargo = (ROOT / "Cargo.toml").read_text()
+        rust_version = cargo.split('rust-version = "', 1)[1].split('"', 1)[0]
+        for image, ports in self.PORTS.items():
+            with self.subTest(image=image):
+                steps = self.instructions(ROOT / "deploy" / "images" / f"{image}.Dockerfile")
+                froms = [rest for word, rest in steps if word == "FROM"]
+                self.assertGreaterEqual(len(froms), 2, "multi-stage")
+                self.assertTrue(froms[0].startswith(f"rust:{rust_version}"), froms[0])
+                final = steps[max(i for i, (w, _) in enumerate(steps) if w == "FROM"):]
+                self.assertRegex(froms[-1], r"slim|distroless|scratch|static", "a small base")
+                users = [rest for word, rest in final if word == "USER"]
+                self.assertTrue(users and users[-1].isdigit() and int(users[-1]) != 0, users)
+                exposed = {int(p) for word, rest in final if word == "EXPOSE" for p in rest.split()}
+                self.assertEqual(exposed, ports)
+                self.assertNotIn("HEALTHCHECK", [word for word, _ in steps])
+                entry = [rest for word, rest in final if word == "ENTRYPOINT"][-1]
+                binary = entry.strip('[]" ').rsplit("/", 1)[-1]
+                self.assertEqual(binary, f"ursula-{image}")
+                built = [rest for word, rest in steps if word == "RUN" and "cargo build" in rest]
+                self.assertTrue(built and f"--bin {binary}" in built[0], built)
+                crate = (ROOT / image / "Cargo.toml").read_text()
+                self.assertIn(f'name = "{binary}"', crate, "the binary is one of the crate's")
 
 if __name__ == "__main__":
     unittest.main()
