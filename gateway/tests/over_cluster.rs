@@ -3,20 +3,17 @@
 //! Writes reach each stream's leader whichever voter the gateway tries first; a leader killed
 //! under load costs clients nothing but retryable 503s; every answer carries the vouch.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http::{Request, StatusCode};
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
-use ursula_gateway::config::Config;
+use http::StatusCode;
+use support::{Http, gateway};
+
+mod support;
 
 fn node_binary() -> PathBuf {
     let path = PathBuf::from(env!("CARGO_BIN_EXE_ursula-gateway")).with_file_name("ursula-node");
@@ -160,67 +157,6 @@ impl Drop for Voters {
     }
 }
 
-struct Reply {
-    status: StatusCode,
-    headers: http::HeaderMap,
-    body: Bytes,
-}
-
-impl Reply {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).and_then(|v| v.to_str().ok())
-    }
-}
-
-#[derive(Clone)]
-struct Http(Client<HttpConnector, Full<Bytes>>);
-
-impl Http {
-    fn new() -> Self {
-        Self(Client::builder(TokioExecutor::new()).build_http())
-    }
-
-    async fn request(
-        &self,
-        method: &str,
-        url: &str,
-        headers: &[(&str, &str)],
-        body: &str,
-    ) -> Result<Reply, String> {
-        let mut request = Request::builder().method(method).uri(url);
-        for (name, value) in headers {
-            request = request.header(*name, *value);
-        }
-        let request = request
-            .body(Full::new(Bytes::from(body.to_owned())))
-            .map_err(|e| e.to_string())?;
-        let response = self.0.request(request).await.map_err(|e| e.to_string())?;
-        let status = response.status();
-        let headers = response.headers().clone();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| e.to_string())?
-            .to_bytes();
-        Ok(Reply {
-            status,
-            headers,
-            body,
-        })
-    }
-}
-
-async fn gateway(upstreams: Vec<String>) -> SocketAddr {
-    let config = Config {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        admin_listen: "127.0.0.1:0".parse().unwrap(),
-        upstreams,
-        ..Config::default()
-    };
-    ursula_gateway::start(config).await.expect("gateway").addr
-}
-
 /// Placement as the nodes compute it: FNV-1a of the bucket, modulo the group count.
 fn group_of(bucket: &str, groups: u64) -> usize {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
@@ -238,7 +174,7 @@ async fn writes_reach_each_leader_through_the_gateway_with_the_vouch() {
     let voters = Voters::start();
     let http = Http::new();
     voters.wait_ready(&http).await;
-    let addr = gateway(voters.upstreams()).await;
+    let addr = gateway(voters.upstreams(), |_| {}).await;
     let base = format!("http://{addr}");
     // Buckets in every group, so that some leaders are not the first upstream.
     for b in 0..8 {
@@ -317,7 +253,7 @@ async fn a_leader_killed_under_load_costs_only_retryable_503s() {
     let voters = Arc::new(Voters::start());
     let http = Http::new();
     voters.wait_ready(&http).await;
-    let addr = gateway(voters.upstreams()).await;
+    let addr = gateway(voters.upstreams(), |_| {}).await;
     let base = format!("http://{addr}");
     let bucket = "gw-load";
     for (path, headers) in [

@@ -13,8 +13,10 @@ use hyper::body::{Frame, Incoming};
 use hyper::service::service_fn;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use support::{Http, Reply, gateway};
 use tokio::net::TcpListener;
-use ursula_gateway::config::Config;
+
+mod support;
 
 type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, Infallible>;
 
@@ -145,29 +147,6 @@ async fn dead_url() -> String {
     format!("http://{addr}")
 }
 
-async fn gateway(upstreams: Vec<String>, edit: impl FnOnce(&mut Config)) -> SocketAddr {
-    let mut config = Config {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        admin_listen: "127.0.0.1:0".parse().unwrap(),
-        upstreams,
-        ..Config::default()
-    };
-    edit(&mut config);
-    ursula_gateway::start(config).await.expect("gateway").addr
-}
-
-struct Reply {
-    status: StatusCode,
-    headers: http::HeaderMap,
-    body: Bytes,
-}
-
-impl Reply {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).and_then(|v| v.to_str().ok())
-    }
-}
-
 async fn send(addr: SocketAddr, method: &str, path: &str, body: &str) -> Reply {
     send_as(addr, None, method, path, body).await
 }
@@ -179,26 +158,15 @@ async fn send_as(
     path: &str,
     body: &str,
 ) -> Reply {
-    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
-    let mut request = Request::builder()
-        .method(method)
-        .uri(format!("http://{addr}{path}"))
-        .header("content-type", "text/plain");
-    if let Some(token) = bearer {
-        request = request.header("authorization", format!("Bearer {token}"));
+    let authorization = bearer.map(|token| format!("Bearer {token}"));
+    let mut headers = vec![("content-type", "text/plain")];
+    if let Some(value) = &authorization {
+        headers.push(("authorization", value));
     }
-    let request = request
-        .body(Full::new(Bytes::from(body.to_owned())))
-        .unwrap();
-    let response = client.request(request).await.expect("gateway answers");
-    let status = response.status();
-    let headers = response.headers().clone();
-    let body = response.into_body().collect().await.unwrap().to_bytes();
-    Reply {
-        status,
-        headers,
-        body,
-    }
+    Http::new()
+        .request(method, &format!("http://{addr}{path}"), &headers, body)
+        .await
+        .expect("gateway answers")
 }
 
 fn token(reply: &Reply) -> String {

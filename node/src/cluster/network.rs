@@ -87,43 +87,73 @@ impl PeerConnection {
         E: std::error::Error + DeserializeOwned,
     {
         let body = postcard::to_allocvec(rpc).map_err(|e| network_error(e.to_string()))?;
-        let request = http::Request::post(format!("{}/{kind}", self.base))
-            .header(http::header::CONTENT_TYPE, "application/octet-stream")
-            .body(Full::new(Bytes::from(body)))
-            .map_err(|e| network_error(e.to_string()))?;
-        let exchange = async {
-            let response = self.client.request(request).await.map_err(|e| {
-                if e.is_connect() {
-                    RPCError::Unreachable(Unreachable::new(&std::io::Error::other(e.to_string())))
-                } else {
-                    network_error(e.to_string())
-                }
-            })?;
-            let status = response.status();
-            let bytes = response
-                .into_body()
-                .collect()
-                .await
-                .map_err(|e| network_error(e.to_string()))?
-                .to_bytes();
-            if !status.is_success() {
-                return Err(network_error(format!(
-                    "peer answered {status}: {}",
-                    String::from_utf8_lossy(&bytes)
+        let url = format!("{}/{kind}", self.base);
+        let bytes = match post(&self.client, &url, body, timeout).await {
+            Ok(bytes) => bytes,
+            Err(PostError::Connect(message)) => {
+                return Err(RPCError::Unreachable(Unreachable::new(
+                    &std::io::Error::other(message),
                 )));
             }
-            let answer: Result<Resp, RaftError<NodeId, E>> =
-                postcard::from_bytes(&bytes).map_err(|e| network_error(e.to_string()))?;
-            answer.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+            Err(PostError::TimedOut) => {
+                return Err(network_error(format!(
+                    "{kind} to node {} timed out after {timeout:?}",
+                    self.target
+                )));
+            }
+            Err(PostError::Other(message)) => return Err(network_error(message)),
         };
-        match tokio::time::timeout(timeout, exchange).await {
-            Ok(result) => result,
-            Err(_) => Err(network_error(format!(
-                "{kind} to node {} timed out after {timeout:?}",
-                self.target
-            ))),
-        }
+        let answer: Result<Resp, RaftError<NodeId, E>> =
+            postcard::from_bytes(&bytes).map_err(|e| network_error(e.to_string()))?;
+        answer.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
+}
+
+enum PostError {
+    /// No connection to the peer: nothing was sent.
+    Connect(String),
+    TimedOut,
+    Other(String),
+}
+
+/// POSTs `body` to a peer's cluster listener and answers the body of a 2xx, within `timeout`.
+async fn post(
+    client: &HttpClient,
+    url: &str,
+    body: impl Into<Bytes>,
+    timeout: Duration,
+) -> Result<Bytes, PostError> {
+    let request = http::Request::post(url)
+        .header(http::header::CONTENT_TYPE, "application/octet-stream")
+        .body(Full::new(body.into()))
+        .map_err(|e| PostError::Other(e.to_string()))?;
+    let exchange = async {
+        let response = client.request(request).await.map_err(|e| {
+            if e.is_connect() {
+                PostError::Connect(e.to_string())
+            } else {
+                PostError::Other(e.to_string())
+            }
+        })?;
+        let status = response.status();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| PostError::Other(e.to_string()))?
+            .to_bytes();
+        if status.is_success() {
+            Ok(bytes)
+        } else {
+            Err(PostError::Other(format!(
+                "peer answered {status}: {}",
+                String::from_utf8_lossy(&bytes)
+            )))
+        }
+    };
+    tokio::time::timeout(timeout, exchange)
+        .await
+        .map_err(|_| PostError::TimedOut)?
 }
 
 fn network_error<E: std::error::Error>(
@@ -165,27 +195,12 @@ pub async fn forward_purge(
     group: usize,
     bucket: &str,
 ) -> Result<u64, String> {
-    let request = http::Request::post(format!(
-        "{}/raft/{group}/purge",
-        cluster_url.trim_end_matches('/')
-    ))
-    .body(Full::new(Bytes::from(bucket.to_owned())))
-    .map_err(|e| e.to_string())?;
-    let exchange = async {
-        let response = client.request(request).await.map_err(|e| e.to_string())?;
-        let status = response.status();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| e.to_string())?
-            .to_bytes();
-        if !status.is_success() {
-            return Err(format!("node answered {status}"));
+    let url = format!("{}/raft/{group}/purge", cluster_url.trim_end_matches('/'));
+    match post(client, &url, bucket.to_owned(), Duration::from_secs(30)).await {
+        Ok(body) => {
+            postcard::from_bytes::<Result<u64, String>>(&body).map_err(|e| e.to_string())?
         }
-        postcard::from_bytes::<Result<u64, String>>(&body).map_err(|e| e.to_string())?
-    };
-    tokio::time::timeout(Duration::from_secs(30), exchange)
-        .await
-        .map_err(|_| "the purge timed out".to_owned())?
+        Err(PostError::TimedOut) => Err("the purge timed out".to_owned()),
+        Err(PostError::Connect(message) | PostError::Other(message)) => Err(message),
+    }
 }
