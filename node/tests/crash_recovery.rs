@@ -70,20 +70,7 @@ fn round(seed: u64) {
     let node = Process::start(dir.path(), &[]);
     let client = node.client();
     let acked: Vec<i64> = runtime.block_on(async {
-        assert_eq!(
-            client.put("/crash", &[], "").await.status,
-            StatusCode::CREATED
-        );
-        for s in 0..STREAMS {
-            let created = client
-                .put(
-                    &format!("/crash/s{s}"),
-                    &[("content-type", "text/plain")],
-                    "",
-                )
-                .await;
-            assert_eq!(created.status, StatusCode::CREATED);
-        }
+        client.create_streams("crash", STREAMS, "text/plain").await;
         let stop = Arc::new(AtomicBool::new(false));
         let writers: Vec<_> = (0..WRITERS)
             .map(|writer| {

@@ -56,20 +56,9 @@ fn overload_is_refused_marked_memory_stays_bounded_and_acks_survive_sigkill() {
     let client = node.client();
     let refused = Arc::new(AtomicU64::new(0));
     let (acked, peak_rss) = runtime.block_on(async {
-        assert_eq!(
-            client.put("/load", &[], "").await.status,
-            StatusCode::CREATED
-        );
-        for w in 0..WRITERS {
-            let reply = client
-                .put(
-                    &format!("/load/s{w}"),
-                    &[("content-type", "application/octet-stream")],
-                    "",
-                )
-                .await;
-            assert_eq!(reply.status, StatusCode::CREATED);
-        }
+        client
+            .create_streams("load", WRITERS, "application/octet-stream")
+            .await;
         let stop = Arc::new(AtomicBool::new(false));
         let writers: Vec<_> = (0..WRITERS)
             .map(|writer| {

@@ -140,6 +140,22 @@ impl Client {
     pub async fn get(&self, path: &str) -> Reply {
         self.send(Method::GET, path, &[], Bytes::new()).await
     }
+
+    /// Creates `bucket` and its streams `s0` .. `s{count - 1}` of `content_type`.
+    pub async fn create_streams(&self, bucket: &str, count: usize, content_type: &str) {
+        let created = self.put(&format!("/{bucket}"), &[], "").await;
+        assert_eq!(created.status, StatusCode::CREATED, "{}", created.text());
+        for s in 0..count {
+            let path = format!("/{bucket}/s{s}");
+            let created = self.put(&path, &[("content-type", content_type)], "").await;
+            assert_eq!(
+                created.status,
+                StatusCode::CREATED,
+                "{path}: {}",
+                created.text()
+            );
+        }
+    }
 }
 
 /// A node in this process, on ephemeral loopback ports, with its own data directory.
