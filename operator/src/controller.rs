@@ -136,18 +136,10 @@ async fn observe(
         .collect();
     let voters = (0..cluster.spec.voters)
         .zip(&voter_pods)
-        .map(|(ordinal, pod)| {
-            let pod = *pod;
-            VoterState {
-                ordinal,
-                version: pod.and_then(|p| {
-                    p.spec
-                        .as_ref()
-                        .and_then(|s| s.containers.first())
-                        .and_then(|c| image_tag(c.image.as_deref()))
-                }),
-                ready: pod.is_some_and(pod_ready),
-            }
+        .map(|(ordinal, pod)| VoterState {
+            ordinal,
+            version: pod.and_then(|p| template_version(p.spec.as_ref())),
+            ready: pod.is_some_and(pod_ready),
         })
         .collect();
     let waiting_for = cluster
