@@ -243,49 +243,28 @@ class VoterProcesses(threading.Thread):
                 entry[1].wait()
 
 
-class PodEvents(threading.Thread):
-    """A `kubectl get pods --watch` of the cluster's namespace, as ordered lines."""
+class Watch(threading.Thread):
+    """A `kubectl get --watch` printing one line per change, kept in order as parsed by
+    `parse` (lines it answers None for are dropped)."""
 
-    FORMAT = (
-        '{.type}{" "}{.object.metadata.name}{" "}{.object.metadata.uid}{" "}'
-        '{.object.metadata.labels.app\\.kubernetes\\.io/name}{" "}'
-        '{.object.spec.containers[0].image}{" "}'
-        '{.object.status.conditions[?(@.type=="Ready")].status}{" "}'
-        '{.object.metadata.deletionTimestamp}{"\\n"}'
-    )
-
-    def __init__(self):
+    def __init__(self, args, parse):
         super().__init__(daemon=True)
         self.process = subprocess.Popen(
-            ["kubectl", "get", "pods", "-n", NS, "--watch", "--output-watch-events", "-o",
-             f"jsonpath={self.FORMAT}"],
+            ["kubectl", "get", *args, "--watch"],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
         )
+        self.parse = parse
         self.events = []
         self.lock = threading.Lock()
 
     def run(self):
         for line in self.process.stdout:
-            parts = line.split()
-            if len(parts) < 5:
-                continue
-            kind, name, uid, component, image = parts[:5]
-            rest = parts[5:]
-            raw = line.rstrip("\n")
-            event = {
-                "type": kind,
-                "name": name,
-                "uid": uid,
-                "component": component,
-                "version": image.rsplit(":", 1)[-1],
-                "ready": "True" in rest,
-                "deleting": kind == "DELETED" or any(p[:2] == "20" for p in rest),
-                "raw": raw,
-            }
-            with self.lock:
-                self.events.append(event)
+            event = self.parse(line.rstrip("\n"))
+            if event is not None:
+                with self.lock:
+                    self.events.append(event)
 
     def mark(self):
         with self.lock:
@@ -299,6 +278,54 @@ class PodEvents(threading.Thread):
         self.process.kill()
         self.process.wait()
         self.process.stdout.close()
+
+
+POD_EVENT_FORMAT = (
+    '{.type}{" "}{.object.metadata.name}{" "}{.object.metadata.uid}{" "}'
+    '{.object.metadata.labels.app\\.kubernetes\\.io/name}{" "}'
+    '{.object.spec.containers[0].image}{" "}'
+    '{.object.status.conditions[?(@.type=="Ready")].status}{" "}'
+    '{.object.metadata.deletionTimestamp}{"\\n"}'
+)
+
+
+def pod_event(raw):
+    parts = raw.split()
+    if len(parts) < 5:
+        return None
+    kind, name, uid, component, image = parts[:5]
+    rest = parts[5:]
+    return {
+        "type": kind,
+        "name": name,
+        "uid": uid,
+        "component": component,
+        "version": image.rsplit(":", 1)[-1],
+        "ready": "True" in rest,
+        "deleting": kind == "DELETED" or any(p[:2] == "20" for p in rest),
+        "raw": raw,
+    }
+
+
+def pod_events():
+    """Every change of the namespace's pods."""
+    args = ["pods", "-n", NS, "--output-watch-events", "-o", f"jsonpath={POD_EVENT_FORMAT}"]
+    return Watch(args, pod_event)
+
+
+def status_steps():
+    """`status.upgradeStep` of the cluster at every write of it."""
+    fmt = '{.status.upgradeStep}{"\\n"}'
+    return Watch(["ursulacluster", RELEASE, "-n", NS, "-o", f"jsonpath={fmt}"], str.strip)
+
+
+def distinct_steps(values):
+    """The steps in the order they began, repeats of one step in a row folded."""
+    out = []
+    for value in values:
+        if value and (not out or out[-1] != value):
+            out.append(value)
+    return out
 
 
 def first_deletions(events):
@@ -372,11 +399,13 @@ class ClusterLifecycle(unittest.TestCase):
         cls.operator = None
         cls.voters = VoterProcesses(cls.work)
         cls.pods = None
+        cls.steps = None
 
     @classmethod
     def tearDownClass(cls):
-        if cls.pods:
-            cls.pods.stop()
+        for watch in (cls.pods, cls.steps):
+            if watch:
+                watch.stop()
         cls.voters.shutdown()
         if cls.operator:
             cls.operator.kill()
@@ -523,7 +552,7 @@ class ClusterLifecycle(unittest.TestCase):
         with step("helm install of the operator chart; the operator runs with its RBAC"):
             self.install_operator()
         self.voters.start()
-        type(self).pods = PodEvents()
+        type(self).pods = pod_events()
         self.pods.start()
 
         with step("helm install of the cluster chart: Available, real voters serve"):
@@ -536,6 +565,10 @@ class ClusterLifecycle(unittest.TestCase):
             )
             self.assertEqual(status, 201)
 
+        type(self).steps = status_steps()
+        self.steps.start()
+        time.sleep(1)  # the watch is established
+        moves = {"gateways", "voter 2", "voter 1", "voter 0"}
         producer = Producer("/orders/rolling")
         with step("helm upgrade: gateways first, then voters 2, 1, 0"):
             status, _ = request(
@@ -543,10 +576,12 @@ class ClusterLifecycle(unittest.TestCase):
             )
             self.assertEqual(status, 201)
             producer.start()
-            mark = self.pods.mark()
+            mark, step_mark = self.pods.mark(), self.steps.mark()
             self.cluster_chart("upgrade", "0.2.0")
             self.wait_settled("0.2.0")
             events = self.pods.since(mark)
+            shown = [v for v in distinct_steps(self.steps.since(step_mark)) if v in moves]
+            self.assertEqual(shown, ["gateways", "voter 2", "voter 1", "voter 0"], "status.upgradeStep")
             deletions = self.assert_voters_one_at_a_time(events, [2, 1, 0])
             first_voter = deletions[0][1]
             old_gateways = {
@@ -573,10 +608,12 @@ class ClusterLifecycle(unittest.TestCase):
             self.assertEqual(status, 204)
 
         with step("helm rollback: voters 2, 1, 0 first, gateways last"):
-            mark = self.pods.mark()
+            mark, step_mark = self.pods.mark(), self.steps.mark()
             self.helm.rollback(RELEASE, version=1)
             self.wait_settled("0.1.0")
             events = self.pods.since(mark)
+            shown = [v for v in distinct_steps(self.steps.since(step_mark)) if v in moves]
+            self.assertEqual(shown, ["voter 2", "voter 1", "voter 0", "gateways"], "status.upgradeStep")
             deletions = self.assert_voters_one_at_a_time(events, [2, 1, 0])
             gateway_deletions = [
                 i
