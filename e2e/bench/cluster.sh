@@ -37,8 +37,9 @@ trap cleanup EXIT
 
 "$node" --data-dir "$work/single" --listen 127.0.0.1:4737 --admin-listen 127.0.0.1:4738 \
   2>"$work/single.log" &
-pids+=($!)
+pids+=($!); single_pid=$!
 peers=""
+voter_pids=""
 for id in 1 2 3; do
   p=$((4740 + 10 * id))
   peers+="[[raft.peers]]\nid = $id\ncluster_url = \"http://127.0.0.1:$((p + 2))\"\nclient_url = \"http://127.0.0.1:$p\"\n"
@@ -48,7 +49,7 @@ for id in 1 2 3; do
   printf "node_id = $id\ndata_dir = \"$work/voter-$id\"\n[server]\nlisten = \"127.0.0.1:$p\"\nadmin_listen = \"127.0.0.1:$((p + 1))\"\ncluster_listen = \"127.0.0.1:$((p + 2))\"\n[raft]\ngroup_count = 16\n$peers" \
     >"$work/voter-$id.toml"
   "$node" --config "$work/voter-$id.toml" 2>"$work/voter-$id.log" &
-  pids+=($!)
+  pids+=($!); voter_pids+="${voter_pids:+,}$!"
 done
 for _ in $(seq 1 100); do
   ready=0
@@ -61,10 +62,11 @@ done
 
 results="$work/results.jsonl"
 for round in $(seq 1 "$rounds"); do
-  for target in single:4737 cluster:4750; do
-    label="${target%%:*}"; port="${target##*:}"
+  for target in "single:4737:$single_pid" "cluster:4750:$voter_pids"; do
+    IFS=: read -r label port server <<<"$target"
     "$bench" --url "http://127.0.0.1:$port" --label "$label" --prefix /bench append \
-      --buckets 16 --writers "$writers" --duration "$duration" | tee -a "$results"
+      --buckets 16 --writers "$writers" --duration "$duration" --server-pids "$server" \
+      | tee -a "$results"
   done
 done
 metric() { curl -s "http://127.0.0.1:$1/metrics" | awk -v m="$2" '$1 == m {print $2}'; }
@@ -89,6 +91,7 @@ print(f"append (100 streams in 16 buckets, {rows[0]['writers']} writers, 256 B),
 print(f"  single node:       {s:8.0f}/s  p50 {med('single','p50_ms'):.3f} ms  p99 {med('single','p99_ms'):.3f} ms")
 print(f"  3-voter cluster:   {c:8.0f}/s  p50 {med('cluster','p50_ms'):.3f} ms  p99 {med('cluster','p99_ms'):.3f} ms")
 print(f"  ratio cluster/single: {c / s:.2f}x")
+print(f"  server CPU per append: single {med('single','server_cpu_us_per_append'):.1f} µs, cluster (3 voters) {med('cluster','server_cpu_us_per_append'):.1f} µs")
 f = [x for x in rows if x["bench"] == "fsync"][0]
 print(f"cluster fsyncs per append (log commits of all 3 voters / appends): {f['log_commits_all_voters'] / max(f['appends'], 1):.3f}")
 PY

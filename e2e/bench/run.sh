@@ -40,15 +40,15 @@ trap cleanup EXIT
   --admin-listen 127.0.0.1:4538 2>"$work/ursula.log" &
 pids+=($!); ursula_pid=$!
 "$official" --port 4637 --data-dir "$work/official" >"$work/official.log" 2>&1 &
-pids+=($!)
+pids+=($!); official_pid=$!
 sleep 1.5
 
 results="$work/results.jsonl"
 for round in $(seq 1 "$rounds"); do
-  for target in official:4637 ursula:4537; do
-    label="${target%%:*}"; port="${target##*:}"
+  for target in official:4637:$official_pid ursula:4537:$ursula_pid; do
+    IFS=: read -r label port pid <<<"$target"
     "$bench" --url "http://127.0.0.1:$port" --label "$label" append --duration "$duration" \
-      | tee -a "$results"
+      --server-pids "$pid" | tee -a "$results"
   done
 done
 for target in official:4637 ursula:4537; do
@@ -72,6 +72,8 @@ print("append (100 streams, 32 writers, 256 B), median of rounds:")
 print(f"  official: {o:8.0f}/s  p50 {med('official','append','p50_ms'):.3f} ms  p99 {med('official','append','p99_ms'):.3f} ms")
 print(f"  ursula:   {u:8.0f}/s  p50 {med('ursula','append','p50_ms'):.3f} ms  p99 {med('ursula','append','p99_ms'):.3f} ms")
 print(f"  ratio ursula/official: {u / o:.2f}x")
+uc, oc = med("ursula", "append", "server_cpu_us_per_append"), med("official", "append", "server_cpu_us_per_append")
+print(f"  server CPU per append: official {oc:.1f} µs, ursula {uc:.1f} µs ({uc / oc:.2f}x)")
 print("SSE fan-out (100 subscribers, 200 msg/s), delivery latency:")
 for label in ("official", "ursula"):
     r = [x for x in rows if x["label"] == label and x["bench"] == "sse"][0]
@@ -83,12 +85,14 @@ PY
 if [ "$gateway" = 1 ]; then
   "$root/target/release/ursula-gateway" --listen 127.0.0.1:4547 --admin-listen 127.0.0.1:4548 \
     --upstream http://127.0.0.1:4537 2>"$work/gateway.log" &
-  pids+=($!)
+  pids+=($!); gateway_pid=$!
   sleep 1
   gw="$work/gateway.jsonl"
   for round in $(seq 1 "$rounds"); do
-    "$bench" --url http://127.0.0.1:4537 --label direct append --duration "$duration" | tee -a "$gw"
-    "$bench" --url http://127.0.0.1:4547 --label gateway append --duration "$duration" | tee -a "$gw"
+    "$bench" --url http://127.0.0.1:4537 --label direct append --duration "$duration" \
+      --server-pids "$ursula_pid" | tee -a "$gw"
+    "$bench" --url http://127.0.0.1:4547 --label gateway append --duration "$duration" \
+      --server-pids "$ursula_pid,$gateway_pid" | tee -a "$gw"
   done
   "$bench" --url http://127.0.0.1:4547 --label gateway sse --subscribers 1000 --duration "$duration" | tee -a "$gw"
   python3 - "$gw" <<'PY'
@@ -98,6 +102,8 @@ def med(label, key):
     return statistics.median([r[key] for r in rows if r["label"] == label and r["bench"] == "append"])
 d, g = med("direct", "appends_per_sec"), med("gateway", "appends_per_sec")
 print(f"\ngateway: {g:.0f}/s vs direct {d:.0f}/s: {g / d:.2f}x; p99 {med('gateway','p99_ms'):.3f} vs {med('direct','p99_ms'):.3f} ms (added {med('gateway','p99_ms') - med('direct','p99_ms'):.3f} ms)")
+dc, gc = med("direct", "server_cpu_us_per_append"), med("gateway", "server_cpu_us_per_append")
+print(f"server CPU per append: node alone {dc:.1f} µs; node + gateway {gc:.1f} µs (the gateway adds {gc - dc:.1f} µs)")
 s = [r for r in rows if r["bench"] == "sse"][0]
 print(f"gateway SSE 1,000 subscribers: p50 {s['p50_ms']:.3f} ms p99 {s['p99_ms']:.3f} ms, delivered {s['deliveries']}/{s['expected_deliveries']}")
 PY

@@ -6,6 +6,7 @@ use bytes::Bytes;
 use http::Method;
 
 use crate::client::{Client, Error};
+use crate::lean::Connections;
 use crate::stats::Latencies;
 
 pub struct Options {
@@ -17,6 +18,8 @@ pub struct Options {
     /// Spread the streams over this many buckets (`{prefix}-{run}-{b}/s{i}`), which spreads
     /// them over a cluster's Raft groups; 0 keeps them under `prefix`.
     pub buckets: usize,
+    /// The server's processes, for CPU time per append; none to skip it.
+    pub server_pids: Vec<u32>,
 }
 
 pub async fn run(client: Client, prefix: &str, label: &str, o: Options) -> Result<String, Error> {
@@ -54,16 +57,15 @@ pub async fn run(client: Client, prefix: &str, label: &str, o: Options) -> Resul
         tasks.push(tokio::spawn(async move {
             let mut samples = Vec::with_capacity(1 << 16);
             let mut errors = 0u64;
+            let mut connections = Connections::default();
             let mut i = w;
             while !stop.load(Ordering::Relaxed) {
                 let path = &paths[i % paths.len()];
                 i += stride(paths.len());
                 let started = Instant::now();
                 let ok = matches!(
-                    client
-                        .send(Method::POST, path, Some("application/octet-stream"), body.clone())
-                        .await,
-                    Ok(status) if status.is_success()
+                    append(&client, &mut connections, path, &body).await,
+                    Ok(status) if (200..300).contains(&status)
                 );
                 if measuring.load(Ordering::Relaxed) {
                     if ok {
@@ -79,8 +81,10 @@ pub async fn run(client: Client, prefix: &str, label: &str, o: Options) -> Resul
     tokio::time::sleep(o.warmup).await;
     measuring.store(true, Ordering::Relaxed);
     let started = Instant::now();
+    let cpu_before = crate::cpu::seconds(&o.server_pids);
     tokio::time::sleep(o.duration).await;
     measuring.store(false, Ordering::Relaxed);
+    let cpu_after = crate::cpu::seconds(&o.server_pids);
     let elapsed = started.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     let mut samples = Vec::new();
@@ -92,6 +96,12 @@ pub async fn run(client: Client, prefix: &str, label: &str, o: Options) -> Resul
     }
     let latencies = Latencies::new(samples);
     let rate = latencies.count() as f64 / elapsed;
+    let server_cpu_us = match (cpu_before, cpu_after) {
+        (Some(before), Some(after)) if !o.server_pids.is_empty() && latencies.count() > 0 => {
+            Some((after - before) * 1e6 / latencies.count() as f64)
+        }
+        _ => None,
+    };
     eprintln!(
         "{label}: {rate:.0} appends/s over {elapsed:.1}s; latency ms p50 {:.3} p99 {:.3} p99.9 {:.3} max {:.3}; errors {errors}",
         latencies.percentile(50.0),
@@ -99,6 +109,9 @@ pub async fn run(client: Client, prefix: &str, label: &str, o: Options) -> Resul
         latencies.percentile(99.9),
         latencies.max()
     );
+    if let Some(us) = server_cpu_us {
+        eprintln!("{label}: server CPU {us:.1} µs per append");
+    }
     Ok(serde_json::json!({
         "bench": "append",
         "label": label,
@@ -111,8 +124,32 @@ pub async fn run(client: Client, prefix: &str, label: &str, o: Options) -> Resul
         "p999_ms": latencies.percentile(99.9),
         "max_ms": latencies.max(),
         "errors": errors,
+        "server_cpu_us_per_append": server_cpu_us,
     })
     .to_string())
+}
+
+/// One append, following leader redirects as a cluster's clients do; returns the final status.
+async fn append(
+    client: &Client,
+    connections: &mut Connections,
+    path: &str,
+    body: &[u8],
+) -> Result<u16, Error> {
+    let mut url = client.target(path);
+    for _ in 0..4 {
+        let answer = connections
+            .send("POST", &url, "application/octet-stream", body)
+            .await?;
+        match answer.location {
+            Some(location) if answer.status == 307 => {
+                client.remember_leader(path, &location);
+                url = location;
+            }
+            _ => return Ok(answer.status),
+        }
+    }
+    Err(format!("{path}: too many redirects").into())
 }
 
 /// Writers step through the streams so that concurrent writers hit different streams.

@@ -52,6 +52,18 @@ impl Client {
         format!("{}{}", self.base, path)
     }
 
+    /// Where a request for `path` goes: its leader's URL once a redirect named it.
+    pub fn target(&self, path: &str) -> String {
+        let known = self.leaders.read().ok().and_then(|l| l.get(path).cloned());
+        known.unwrap_or_else(|| self.url(path))
+    }
+
+    pub fn remember_leader(&self, path: &str, location: &str) {
+        if let Ok(mut leaders) = self.leaders.write() {
+            leaders.insert(path.to_owned(), location.to_owned());
+        }
+    }
+
     pub async fn send(
         &self,
         method: Method,
@@ -59,8 +71,7 @@ impl Client {
         content_type: Option<&str>,
         body: Bytes,
     ) -> Result<StatusCode, Error> {
-        let known = self.leaders.read().ok().and_then(|l| l.get(path).cloned());
-        let mut url = known.unwrap_or_else(|| self.url(path));
+        let mut url = self.target(path);
         for _ in 0..4 {
             let mut request = Request::builder().method(method.clone()).uri(&url);
             if let Some(content_type) = content_type {
@@ -79,9 +90,7 @@ impl Client {
             response.into_body().collect().await?;
             match location {
                 Some(location) if status == StatusCode::TEMPORARY_REDIRECT => {
-                    if let Ok(mut leaders) = self.leaders.write() {
-                        leaders.insert(path.to_owned(), location.clone());
-                    }
+                    self.remember_leader(path, &location);
                     url = location;
                 }
                 _ => return Ok(status),

@@ -10,6 +10,8 @@
 
 mod append;
 mod client;
+mod cpu;
+mod lean;
 mod sse;
 mod stats;
 
@@ -51,6 +53,10 @@ enum Command {
         /// must then be a bucket-like `/name`); a cluster places buckets in its Raft groups.
         #[arg(long, default_value_t = 0)]
         buckets: usize,
+        /// Process IDs of the server (every voter of a cluster): reports their CPU time per
+        /// append over the measurement.
+        #[arg(long, value_delimiter = ',')]
+        server_pids: Vec<u32>,
     },
     /// SSE fan-out delivery latency.
     Sse {
@@ -86,6 +92,7 @@ fn main() {
                 duration,
                 warmup,
                 buckets,
+                server_pids,
             } => {
                 let options = append::Options {
                     streams,
@@ -94,6 +101,7 @@ fn main() {
                     duration,
                     warmup,
                     buckets,
+                    server_pids,
                 };
                 append::run(client, &args.prefix, &args.label, options).await
             }
