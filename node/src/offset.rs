@@ -6,8 +6,27 @@
 
 const LOW: u64 = 10_000_000_000_000_000;
 
+/// Every answer carries an offset, so this writes the digits itself rather than going
+/// through `format!`'s padding machinery (measured at 4% of the request threads' CPU).
 pub fn format(offset: u64) -> String {
-    format!("{:016}_{:016}", offset / LOW, offset % LOW)
+    let mut text = [b'0'; 33];
+    text[16] = b'_';
+    write_digits(&mut text[..16], offset / LOW);
+    write_digits(&mut text[17..], offset % LOW);
+    text.iter().map(|&b| b as char).collect()
+}
+
+/// Writes `value` right-aligned into `out`, which is already zero-filled; `value` has at
+/// most `out.len()` digits (both halves are below 10^16, except the high half of values
+/// above 10^32, which `u64` cannot hold).
+fn write_digits(out: &mut [u8], mut value: u64) {
+    for slot in out.iter_mut().rev() {
+        if value == 0 {
+            break;
+        }
+        *slot = b'0' + (value % 10) as u8;
+        value /= 10;
+    }
 }
 
 /// The `offset` query parameter.
@@ -46,8 +65,13 @@ mod tests {
 
     #[test]
     fn round_trips_and_sorts() {
-        for n in [0, 1, 9, 10, 12345, u64::MAX] {
+        for n in [0, 1, 9, 10, 12345, LOW - 1, LOW, LOW + 1, u64::MAX] {
             assert_eq!(parse(&format(n)), Some(n));
+            assert_eq!(
+                format(n),
+                std::format!("{:016}_{:016}", n / LOW, n % LOW),
+                "{n}"
+            );
         }
         assert!(format(9) < format(10));
         assert!(format(99_999) < format(100_000));

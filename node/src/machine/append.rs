@@ -1,7 +1,7 @@
 //! Appends and closes, with `Stream-Seq` and idempotent producers.
 
 use super::producer::{self, ProducerCheck};
-use super::stream::normalize_content_type;
+use super::stream::same_media_type;
 use super::{AppendOutcome, AppendStream, Effect, Machine, Outcome, ProducerAck, Refusal};
 
 impl Machine {
@@ -65,7 +65,7 @@ impl Machine {
 
         if cmd.payload.is_some() {
             let requested = cmd.content_type.as_deref().unwrap_or_default();
-            if normalize_content_type(requested) != normalize_content_type(&meta.content_type) {
+            if !same_media_type(requested, &meta.content_type) {
                 return Err(Refusal::ContentTypeMismatch {
                     stream: meta.content_type.clone(),
                     request: requested.to_owned(),

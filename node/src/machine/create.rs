@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::stream::{DEFAULT_CONTENT_TYPE, normalize_content_type};
+use super::stream::{DEFAULT_CONTENT_TYPE, same_media_type};
 use super::{
     CreateStream, Effect, ForkOrigin, ForkSpec, Machine, Outcome, Payload, Refusal, StreamMeta,
     StreamState,
@@ -143,7 +143,7 @@ impl Machine {
             return Err(Refusal::ForkSourceDeleted(source_name));
         }
         if let Some(requested) = content_type
-            && normalize_content_type(requested) != normalize_content_type(&source.content_type)
+            && !same_media_type(requested, &source.content_type)
         {
             return Err(Refusal::ContentTypeMismatch {
                 stream: source.content_type.clone(),
@@ -203,10 +203,10 @@ impl Machine {
         };
         let content_type_matches = match (&cmd.content_type, &cmd.fork) {
             (None, Some(_)) => true,
-            (requested, _) => {
-                normalize_content_type(requested.as_deref().unwrap_or(DEFAULT_CONTENT_TYPE))
-                    == normalize_content_type(&meta.content_type)
-            }
+            (requested, _) => same_media_type(
+                requested.as_deref().unwrap_or(DEFAULT_CONTENT_TYPE),
+                &meta.content_type,
+            ),
         };
         if !content_type_matches {
             return Err(conflict("different content type"));

@@ -117,8 +117,19 @@ pub fn normalize_content_type(content_type: &str) -> String {
         .to_ascii_lowercase()
 }
 
+/// The media type of a content type, without parameters or surrounding space.
+pub fn media_type(content_type: &str) -> &str {
+    content_type.split(';').next().unwrap_or_default().trim()
+}
+
+/// Whether two content types name the same media type (case-insensitive, parameters
+/// ignored). Checked on every append, so it compares in place rather than normalizing.
+pub fn same_media_type(a: &str, b: &str) -> bool {
+    media_type(a).eq_ignore_ascii_case(media_type(b))
+}
+
 pub fn is_json_content_type(content_type: &str) -> bool {
-    normalize_content_type(content_type) == "application/json"
+    media_type(content_type).eq_ignore_ascii_case("application/json")
 }
 
 pub const DEFAULT_CONTENT_TYPE: &str = "application/octet-stream";
