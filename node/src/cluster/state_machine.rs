@@ -119,7 +119,7 @@ impl RaftStateMachine<TypeConfig> for GroupStateMachine {
                 EntryPayload::Normal(batch) => {
                     let mut results = Vec::with_capacity(batch.0.len());
                     for command in batch.0 {
-                        let applied = self.machine.apply(command);
+                        let applied = self.machine.apply_in_batch(command);
                         self.metrics.count(&applied.effects);
                         effects.extend(applied.effects);
                         results.push(applied.result);
@@ -132,6 +132,7 @@ impl RaftStateMachine<TypeConfig> for GroupStateMachine {
                 }
             }
         }
+        effects.extend(self.machine.finish_batch());
         let Some(last) = last else {
             return Ok(replies);
         };

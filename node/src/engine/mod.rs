@@ -145,8 +145,9 @@ fn recover(
             EngineError::Storage(format!("WAL record {} does not decode: {e}", record.seq))
         })?;
         for command in commands {
-            effects.extend(machine.apply(command).effects);
+            effects.extend(machine.apply_in_batch(command).effects);
         }
+        effects.extend(machine.finish_batch());
         last = record.seq;
     }
     if last > applied {

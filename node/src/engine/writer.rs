@@ -79,7 +79,7 @@ impl Writer {
         let mut appends = 0u64;
         let mut appended_bytes = 0u64;
         for (i, command) in commands.into_iter().enumerate() {
-            let applied = self.machine.apply(command);
+            let applied = self.machine.apply_in_batch(command);
             for effect in &applied.effects {
                 if let Effect::PutRecord { bytes, .. } = effect {
                     appends += 1;
@@ -91,6 +91,7 @@ impl Writer {
                 results.push(applied.result);
             }
         }
+        effects.extend(self.machine.finish_batch());
         self.metrics
             .commands
             .fetch_add(replies.len() as u64, Ordering::Relaxed);

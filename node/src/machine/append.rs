@@ -154,8 +154,14 @@ impl Machine {
             producer: ack,
             duplicate: false,
         };
+        let wrote_record = !effects.is_empty() && matches!(effects[0], Effect::PutRecord { .. });
         self.effects.extend(effects);
-        self.emit_meta(id);
+        if wrote_record {
+            // The batch's end writes the stream's metadata once for all its appends.
+            self.defer_meta(id);
+        } else {
+            self.emit_meta(id);
+        }
         Ok(Outcome::Appended(outcome))
     }
 }

@@ -66,6 +66,10 @@ pub struct Machine {
     /// Streams with a TTL or an expiry time, for the periodic sweep.
     expiring: BTreeSet<u64>,
     effects: Vec<Effect>,
+    /// Streams whose metadata changed by a data append in the current batch and is written
+    /// once at its end (`finish_batch`): most of a batch's appends hit a few streams, and a
+    /// metadata copy per append was most of what storage and readers were given to do.
+    deferred_meta: Vec<u64>,
 }
 
 impl Machine {
@@ -78,6 +82,7 @@ impl Machine {
             by_path: HashMap::new(),
             expiring: BTreeSet::new(),
             effects: Vec::new(),
+            deferred_meta: Vec::new(),
         }
     }
 
@@ -97,7 +102,17 @@ impl Machine {
         machine
     }
 
+    /// Applies one command as a batch of its own: its effects are complete.
     pub fn apply(&mut self, command: Command) -> Applied {
+        let mut applied = self.apply_in_batch(command);
+        applied.effects.extend(self.finish_batch());
+        applied
+    }
+
+    /// Applies a command that is part of a batch: the metadata writes of its data appends are
+    /// left to `finish_batch`, which the batch's applier must call before it stores or
+    /// publishes the batch's effects.
+    pub fn apply_in_batch(&mut self, command: Command) -> Applied {
         let result = match command {
             Command::CreateBucket { bucket } => self.create_bucket(bucket),
             Command::Create(create) => self.create(create),
@@ -145,6 +160,24 @@ impl Machine {
 
     fn emit(&mut self, effect: Effect) {
         self.effects.push(effect);
+    }
+
+    /// The metadata writes left from the batch's data appends, one per stream, each with the
+    /// stream's metadata as it is now. A stream deleted since is not written back.
+    pub fn finish_batch(&mut self) -> Vec<Effect> {
+        let mut deferred = std::mem::take(&mut self.deferred_meta);
+        deferred.sort_unstable();
+        deferred.dedup();
+        for id in deferred {
+            self.emit_meta(id);
+        }
+        std::mem::take(&mut self.effects)
+    }
+
+    fn defer_meta(&mut self, id: u64) {
+        if self.deferred_meta.last() != Some(&id) {
+            self.deferred_meta.push(id);
+        }
     }
 
     fn emit_meta(&mut self, id: u64) {
