@@ -8,13 +8,15 @@
 //!   so that one fsync covers the entries of many groups (group commit across groups).
 //! - `state_machine`: a group's `Machine`, its published read model and its redb state.
 //! - `network` / `service`: Raft RPCs over HTTP/2 on the cluster listener, many groups
-//!   multiplexed on one connection per peer.
+//!   multiplexed on one connection per peer; `peer_link` coalesces the groups' concurrent
+//!   appends and votes to a peer into one request.
 //! - `placement`: which group a bucket's streams live in.
 
 pub mod batcher;
 pub mod bootstrap;
 pub mod log_store;
 pub mod network;
+pub mod peer_link;
 pub mod placement;
 pub mod service;
 pub mod state_machine;

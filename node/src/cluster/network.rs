@@ -23,6 +23,7 @@ use openraft::raft::{
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::peer_link::PeerLink;
 use super::types::{NodeId, TypeConfig};
 
 /// How long a connection attempt to a peer may take.
@@ -41,12 +42,28 @@ pub fn http2_client() -> HttpClient {
         .build(connector)
 }
 
-/// Makes connections for one group; all groups share the HTTP/2 client and its connections.
+/// Makes connections for one group; all groups share the HTTP/2 client and its connections,
+/// and the links that coalesce their appends and votes to each peer.
 #[derive(Clone)]
 pub struct GroupNetwork {
     pub group: u32,
     pub client: HttpClient,
     pub urls: Arc<HashMap<NodeId, String>>,
+    pub links: Arc<HashMap<NodeId, Arc<PeerLink>>>,
+}
+
+/// One link per peer in `urls`, for all groups.
+pub fn peer_links(
+    client: &HttpClient,
+    urls: &HashMap<NodeId, String>,
+    this_node: NodeId,
+) -> Arc<HashMap<NodeId, Arc<PeerLink>>> {
+    Arc::new(
+        urls.iter()
+            .filter(|(id, _)| **id != this_node)
+            .map(|(id, url)| (*id, PeerLink::start(client.clone(), url)))
+            .collect(),
+    )
 }
 
 impl RaftNetworkFactory<TypeConfig> for GroupNetwork {
@@ -60,16 +77,20 @@ impl RaftNetworkFactory<TypeConfig> for GroupNetwork {
             .unwrap_or_else(|| node.addr.trim_end_matches('/').to_owned());
         PeerConnection {
             target,
+            group: self.group,
             base: format!("{base}/raft/{}", self.group),
             client: self.client.clone(),
+            link: self.links.get(&target).cloned(),
         }
     }
 }
 
 pub struct PeerConnection {
     target: NodeId,
+    group: u32,
     base: String,
     client: HttpClient,
+    link: Option<Arc<PeerLink>>,
 }
 
 type RpcResult<T, E> = Result<T, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>;
@@ -87,8 +108,17 @@ impl PeerConnection {
         E: std::error::Error + DeserializeOwned,
     {
         let body = postcard::to_allocvec(rpc).map_err(|e| network_error(e.to_string()))?;
-        let url = format!("{}/{kind}", self.base);
-        let bytes = match post(&self.client, &url, body, timeout).await {
+        // Snapshots are large and slow; they go alone rather than hold up others' appends.
+        let sent = match &self.link {
+            Some(link) if kind != "snapshot" => {
+                link.call(self.group, kind, body.into(), timeout).await
+            }
+            _ => {
+                let url = format!("{}/{kind}", self.base);
+                post(&self.client, &url, body, timeout).await
+            }
+        };
+        let bytes = match sent {
             Ok(bytes) => bytes,
             Err(PostError::Connect(message)) => {
                 return Err(RPCError::Unreachable(Unreachable::new(
@@ -109,7 +139,8 @@ impl PeerConnection {
     }
 }
 
-enum PostError {
+#[derive(Debug, Clone)]
+pub(super) enum PostError {
     /// No connection to the peer: nothing was sent.
     Connect(String),
     TimedOut,
@@ -117,7 +148,7 @@ enum PostError {
 }
 
 /// POSTs `body` to a peer's cluster listener and answers the body of a 2xx, within `timeout`.
-async fn post(
+pub(super) async fn post(
     client: &HttpClient,
     url: &str,
     body: impl Into<Bytes>,
