@@ -284,13 +284,29 @@ fn a_group_with_too_much_unapplied_refuses_bodies_until_it_commits() {
         }
         let client = cluster.voters[leader].client();
         let path = format!("/{bucket}/s");
+        let group = cluster.group_of(bucket);
+        let proposed_before = cluster.last_log_index(leader, group).await;
         let pending = {
             let client = client.clone();
             let path = path.clone();
             tokio::spawn(async move { client.post(&path, &[TEXT], "p".repeat(600)).await })
         };
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let refused = client.post(&path, &[TEXT], "r".repeat(600)).await;
+        // The first write must be proposed (in the leader's log, uncommitted) before the
+        // second is sent; a fixed pause was not always enough on a loaded machine.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while cluster.last_log_index(leader, group).await <= proposed_before {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the first write was never proposed"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let refused = tokio::time::timeout(
+            Duration::from_secs(10),
+            client.post(&path, &[TEXT], "r".repeat(600)),
+        )
+        .await
+        .expect("the second write is answered at once, not held until a commit");
         assert_refusal(
             &refused,
             StatusCode::SERVICE_UNAVAILABLE,

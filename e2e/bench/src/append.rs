@@ -82,9 +82,11 @@ pub async fn run(client: Client, prefix: &str, label: &str, o: Options) -> Resul
     measuring.store(true, Ordering::Relaxed);
     let started = Instant::now();
     let cpu_before = crate::cpu::seconds(&o.server_pids);
+    let threads_before = crate::cpu::by_thread(&o.server_pids);
     tokio::time::sleep(o.duration).await;
     measuring.store(false, Ordering::Relaxed);
     let cpu_after = crate::cpu::seconds(&o.server_pids);
+    let threads_after = crate::cpu::by_thread(&o.server_pids);
     let elapsed = started.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     let mut samples = Vec::new();
@@ -109,8 +111,24 @@ pub async fn run(client: Client, prefix: &str, label: &str, o: Options) -> Resul
         latencies.percentile(99.9),
         latencies.max()
     );
+    // Per thread name, for threads alive at both ends of the measurement.
+    let by_thread: std::collections::BTreeMap<String, f64> = threads_after
+        .iter()
+        .filter_map(|(name, after)| {
+            let before = threads_before.get(name)?;
+            let count = latencies.count().max(1) as f64;
+            Some((name.clone(), (after - before) * 1e6 / count))
+        })
+        .collect();
     if let Some(us) = server_cpu_us {
-        eprintln!("{label}: server CPU {us:.1} µs per append");
+        let parts: Vec<String> = by_thread
+            .iter()
+            .map(|(name, us)| format!("{name} {us:.1}"))
+            .collect();
+        eprintln!(
+            "{label}: server CPU {us:.1} µs per append ({})",
+            parts.join(", ")
+        );
     }
     Ok(serde_json::json!({
         "bench": "append",
@@ -125,6 +143,7 @@ pub async fn run(client: Client, prefix: &str, label: &str, o: Options) -> Resul
         "max_ms": latencies.max(),
         "errors": errors,
         "server_cpu_us_per_append": server_cpu_us,
+        "server_cpu_us_per_append_by_thread": by_thread,
     })
     .to_string())
 }

@@ -16,6 +16,38 @@ pub fn seconds(pids: &[u32]) -> Option<f64> {
     Some(ticks as f64 / ticks_per_second as f64)
 }
 
+/// CPU seconds used so far by the live threads of every process in `pids`, summed by thread
+/// name (the server names its threads: `tokio-rt-worker`, `ursula-writer`, ...). Threads that
+/// ended are missing, so the parts may add up to less than `seconds`.
+pub fn by_thread(pids: &[u32]) -> std::collections::BTreeMap<String, f64> {
+    let mut out = std::collections::BTreeMap::new();
+    // SAFETY: sysconf has no preconditions.
+    let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks_per_second <= 0 {
+        return out;
+    }
+    for pid in pids {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+                continue;
+            };
+            let (Some(name), Some(ticks)) = (thread_name(&stat), process_ticks(&stat)) else {
+                continue;
+            };
+            *out.entry(name.to_owned()).or_insert(0.0) += ticks as f64 / ticks_per_second as f64;
+        }
+    }
+    out
+}
+
+/// The command name of a `/proc/.../stat` line: between the first `(` and the last `)`.
+fn thread_name(stat: &str) -> Option<&str> {
+    Some(&stat[stat.find('(')? + 1..stat.rfind(')')?])
+}
+
 /// utime + stime of a `/proc/{pid}/stat` line. The command name (field 2) is in parentheses
 /// and may hold spaces, so fields are counted after its closing parenthesis.
 fn process_ticks(stat: &str) -> Option<u64> {
@@ -35,6 +67,26 @@ mod tests {
     fn ticks_are_read_after_a_name_with_spaces() {
         let line = "42 (ursula node) S 1 42 42 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 9 0 1 2 3";
         assert_eq!(process_ticks(line), Some(325));
+    }
+
+    #[test]
+    fn threads_are_summed_by_name() {
+        let line = "42 (ursula node) S 1 42 42 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 9 0 1 2 3";
+        assert_eq!(thread_name(line), Some("ursula node"));
+        let handle = std::thread::Builder::new()
+            .name("cpu-test-busy".into())
+            .spawn(|| {
+                let started = std::time::Instant::now();
+                let mut x = 0u64;
+                while started.elapsed() < std::time::Duration::from_millis(80) {
+                    x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+                }
+                by_thread(&[std::process::id()])
+            })
+            .expect("spawn");
+        let threads = handle.join().expect("join");
+        let busy = threads.get("cpu-test-busy").copied().unwrap_or(0.0);
+        assert!(busy >= 0.03, "{threads:?}");
     }
 
     #[test]

@@ -249,6 +249,23 @@ impl TestCluster {
         reply.text().lines().any(|line| line == needle)
     }
 
+    /// The last index in voter `i`'s Raft log of `group` (0 if it cannot say).
+    pub async fn last_log_index(&self, i: usize, group: usize) -> u64 {
+        let Ok(reply) = self.voters[i]
+            .admin()
+            .try_send(Method::GET, "/metrics", &[], Bytes::new())
+            .await
+        else {
+            return 0;
+        };
+        let prefix = format!("ursula_group_last_log_index{{group=\"{group}\"}} ");
+        reply
+            .text()
+            .lines()
+            .find_map(|line| line.strip_prefix(&prefix)?.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
     /// The voter index that leads `group`, as the running voters report it.
     pub async fn leader_of(&self, group: usize) -> Option<usize> {
         for voter in self.voters.iter().filter(|v| v.is_running()) {
