@@ -85,9 +85,11 @@ impl PeerLink {
         }
     }
 
-    /// The next exchange's calls: everything waiting, up to the limits.
+    /// The next exchange's calls: everything waiting, up to the limits. Calls whose callers
+    /// stopped waiting (timed out behind a slow exchange) are dropped, not sent late.
     fn take(&self) -> Vec<Pending> {
         let mut queue = self.queue.lock();
+        queue.retain(|pending| !pending.reply.is_closed());
         let mut bytes = 0;
         let mut count = 0;
         for pending in queue.iter() {
