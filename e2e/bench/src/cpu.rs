@@ -4,16 +4,19 @@
 
 /// User + system CPU seconds used so far by every process in `pids` (all their threads).
 pub fn seconds(pids: &[u32]) -> Option<f64> {
-    // SAFETY: sysconf has no preconditions.
-    let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if ticks_per_second <= 0 {
-        return None;
-    }
+    let ticks_per_second = ticks_per_second()?;
     let mut ticks = 0u64;
     for pid in pids {
         ticks += process_ticks(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)?;
     }
-    Some(ticks as f64 / ticks_per_second as f64)
+    Some(ticks as f64 / ticks_per_second)
+}
+
+/// The unit of `/proc` CPU times.
+fn ticks_per_second() -> Option<f64> {
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (ticks > 0).then_some(ticks as f64)
 }
 
 /// CPU seconds used so far by the live threads of every process in `pids`, summed by thread
@@ -21,11 +24,9 @@ pub fn seconds(pids: &[u32]) -> Option<f64> {
 /// ended are missing, so the parts may add up to less than `seconds`.
 pub fn by_thread(pids: &[u32]) -> std::collections::BTreeMap<String, f64> {
     let mut out = std::collections::BTreeMap::new();
-    // SAFETY: sysconf has no preconditions.
-    let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if ticks_per_second <= 0 {
+    let Some(ticks_per_second) = ticks_per_second() else {
         return out;
-    }
+    };
     for pid in pids {
         let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
             continue;
@@ -37,7 +38,7 @@ pub fn by_thread(pids: &[u32]) -> std::collections::BTreeMap<String, f64> {
             let (Some(name), Some(ticks)) = (thread_name(&stat), process_ticks(&stat)) else {
                 continue;
             };
-            *out.entry(name.to_owned()).or_insert(0.0) += ticks as f64 / ticks_per_second as f64;
+            *out.entry(name.to_owned()).or_insert(0.0) += ticks as f64 / ticks_per_second;
         }
     }
     out

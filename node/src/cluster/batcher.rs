@@ -6,9 +6,9 @@
 
 use std::sync::Arc;
 
-use parking_lot::Mutex;
-use tokio::sync::{Notify, Semaphore, oneshot};
+use tokio::sync::oneshot;
 
+use super::coalesce::{Coalescer, Item};
 use super::types::Raft;
 use crate::engine::EngineError;
 use crate::machine::{Command, Outcome};
@@ -19,81 +19,51 @@ const IN_FLIGHT: usize = 8;
 const MAX_COMMANDS: usize = 512;
 const MAX_BYTES: u64 = 4 * 1024 * 1024;
 
-type Reply = oneshot::Sender<Result<Outcome, EngineError>>;
+struct Proposal {
+    command: Command,
+    reply: oneshot::Sender<Result<Outcome, EngineError>>,
+}
+
+impl Item for Proposal {
+    fn size(&self) -> u64 {
+        self.command.body_len()
+    }
+}
 
 pub struct Batcher {
-    queue: Mutex<Vec<(Command, Reply)>>,
-    wake: Notify,
+    queue: Arc<Coalescer<Proposal>>,
 }
 
 impl Batcher {
     /// Starts the group's batcher task.
     pub fn start(raft: Raft) -> Arc<Self> {
-        let batcher = Arc::new(Self {
-            queue: Mutex::new(Vec::new()),
-            wake: Notify::new(),
+        let queue = Coalescer::start(IN_FLIGHT, MAX_COMMANDS, MAX_BYTES, move |batch| {
+            propose(raft.clone(), batch)
         });
-        tokio::spawn(batcher.clone().run(raft));
-        batcher
+        Arc::new(Self { queue })
     }
 
     pub async fn propose(&self, command: Command) -> Result<Outcome, EngineError> {
         let (reply, answer) = oneshot::channel();
-        self.queue.lock().push((command, reply));
-        self.wake.notify_one();
+        self.queue.push(Proposal { command, reply });
         answer.await.map_err(|_| EngineError::Stopped)?
     }
+}
 
-    /// The next entry's commands: everything waiting, up to the entry limits.
-    fn take(&self) -> Vec<(Command, Reply)> {
-        let mut queue = self.queue.lock();
-        let mut bytes = 0;
-        let mut count = 0;
-        for (command, _) in queue.iter() {
-            bytes += command.body_len();
-            if count > 0 && (count == MAX_COMMANDS || bytes > MAX_BYTES) {
-                break;
+/// Proposes a batch as one entry and answers each proposal.
+async fn propose(raft: Raft, batch: Vec<Proposal>) {
+    let (commands, replies): (Vec<Command>, Vec<_>) =
+        batch.into_iter().map(|p| (p.command, p.reply)).unzip();
+    match super::propose_batch(&raft, commands).await {
+        Ok(results) => {
+            for (reply, result) in replies.into_iter().zip(results) {
+                let _ = reply.send(result.map_err(EngineError::Refused));
             }
-            count += 1;
         }
-        let rest = queue.split_off(count);
-        std::mem::replace(&mut *queue, rest)
-    }
-
-    async fn run(self: Arc<Self>, raft: Raft) {
-        let slots = Arc::new(Semaphore::new(IN_FLIGHT));
-        loop {
-            // A slot first: while every slot is busy, proposals gather in the queue.
-            let Ok(slot) = slots.clone().acquire_owned().await else {
-                return;
-            };
-            let batch = loop {
-                let batch = self.take();
-                if !batch.is_empty() {
-                    break batch;
-                }
-                self.wake.notified().await;
-            };
-            if !self.queue.lock().is_empty() {
-                self.wake.notify_one();
+        Err(error) => {
+            for reply in replies {
+                let _ = reply.send(Err(error.clone()));
             }
-            let raft = raft.clone();
-            tokio::spawn(async move {
-                let (commands, replies): (Vec<Command>, Vec<Reply>) = batch.into_iter().unzip();
-                match super::propose_batch(&raft, commands).await {
-                    Ok(results) => {
-                        for (reply, result) in replies.into_iter().zip(results) {
-                            let _ = reply.send(result.map_err(EngineError::Refused));
-                        }
-                    }
-                    Err(error) => {
-                        for reply in replies {
-                            let _ = reply.send(Err(error.clone()));
-                        }
-                    }
-                }
-                drop(slot);
-            });
         }
     }
 }

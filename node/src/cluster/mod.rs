@@ -3,7 +3,8 @@
 //!
 //! - `types`: the openraft type configuration (a log entry is a batch of state machine
 //!   commands).
-//! - `batcher`: gathers a group's concurrent proposals into one entry.
+//! - `coalesce`: a queue that sends what arrives together; `batcher` uses it to gather a
+//!   group's concurrent proposals into one entry.
 //! - `log_store`: the Raft logs and votes of all groups in one redb file, written by one thread
 //!   so that one fsync covers the entries of many groups (group commit across groups).
 //! - `state_machine`: a group's `Machine`, its published read model and its redb state.
@@ -14,6 +15,7 @@
 
 pub mod batcher;
 pub mod bootstrap;
+pub mod coalesce;
 pub mod log_store;
 pub mod network;
 pub mod peer_link;

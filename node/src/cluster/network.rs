@@ -23,7 +23,7 @@ use openraft::raft::{
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::peer_link::PeerLink;
+use super::peer_link::{CallKind, PeerLink};
 use super::types::{NodeId, TypeConfig};
 
 /// How long a connection attempt to a peer may take.
@@ -109,10 +109,13 @@ impl PeerConnection {
     {
         let body = postcard::to_allocvec(rpc).map_err(|e| network_error(e.to_string()))?;
         // Snapshots are large and slow; they go alone rather than hold up others' appends.
-        let sent = match &self.link {
-            Some(link) if kind != "snapshot" => {
-                link.call(self.group, kind, body.into(), timeout).await
-            }
+        let linked = match kind {
+            "append" => Some(CallKind::Append),
+            "vote" => Some(CallKind::Vote),
+            _ => None,
+        };
+        let sent = match (&self.link, linked) {
+            (Some(link), Some(kind)) => link.call(self.group, kind, body.into(), timeout).await,
             _ => {
                 let url = format!("{}/{kind}", self.base);
                 post(&self.client, &url, body, timeout).await

@@ -97,7 +97,10 @@ async fn handle(
     let mut parts = path.trim_start_matches('/').split('/');
     let route = match (parts.next(), parts.next(), parts.next(), parts.next()) {
         (Some("raft"), Some("batch"), None, None) => None,
-        (Some("raft"), Some(group), Some(kind), None) => Some((group.to_owned(), kind.to_owned())),
+        (Some("raft"), Some(group), Some(kind), None) => match group.parse::<usize>() {
+            Ok(group) => Some((group, kind.to_owned())),
+            Err(_) => return Ok(answer(StatusCode::NOT_FOUND, b"no such group".to_vec())),
+        },
         _ => {
             return Ok(answer(
                 StatusCode::NOT_FOUND,
@@ -123,7 +126,7 @@ async fn handle(
     let Some((group, kind)) = route else {
         return Ok(batch(&rafts, &metrics, &body).await);
     };
-    let (status, body) = call(&rafts, &metrics, &group, &kind, body).await;
+    let (status, body) = call(&rafts, &metrics, group, &kind, body).await;
     Ok(answer(status, body))
 }
 
@@ -136,7 +139,8 @@ async fn batch(rafts: &[Option<Raft>], metrics: &Metrics, body: &[u8]) -> Respon
     };
     let answers: Vec<BatchAnswer> =
         futures_util::future::join_all(calls.into_iter().map(|c| async move {
-            let (status, body) = call(rafts, metrics, &c.group.to_string(), &c.kind, c.body).await;
+            let (status, body) =
+                call(rafts, metrics, c.group as usize, c.kind.route(), c.body).await;
             if status.is_success() {
                 Ok(Bytes::from(body))
             } else {
@@ -151,16 +155,11 @@ async fn batch(rafts: &[Option<Raft>], metrics: &Metrics, body: &[u8]) -> Respon
 async fn call(
     rafts: &[Option<Raft>],
     metrics: &Metrics,
-    group: &str,
+    group: usize,
     kind: &str,
     body: Bytes,
 ) -> (StatusCode, Vec<u8>) {
-    let Some(raft) = group
-        .parse::<usize>()
-        .ok()
-        .and_then(|g| rafts.get(g))
-        .and_then(Option::clone)
-    else {
+    let Some(raft) = rafts.get(group).and_then(Option::clone) else {
         return (StatusCode::NOT_FOUND, b"no such group".to_vec());
     };
     let bad = |error: postcard::Error| (StatusCode::BAD_REQUEST, error.to_string().into_bytes());
@@ -207,6 +206,7 @@ async fn purge_here(raft: &Raft, bucket: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::peer_link::CallKind;
 
     fn answers(response: Response<Full<Bytes>>) -> (StatusCode, Vec<BatchAnswer>) {
         let status = response.status();
@@ -223,12 +223,12 @@ mod tests {
         let calls = vec![
             BatchCall {
                 group: 7,
-                kind: "append".into(),
+                kind: CallKind::Append,
                 body: Bytes::from_static(b"x"),
             },
             BatchCall {
                 group: 0,
-                kind: "vote".into(),
+                kind: CallKind::Vote,
                 body: Bytes::new(),
             },
         ];

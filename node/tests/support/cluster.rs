@@ -236,48 +236,40 @@ impl TestCluster {
         ursula_node::cluster::placement::group_of(bucket, self.group_count)
     }
 
-    /// Whether voter `i` says it leads `group` (a cut-off leader still does).
-    pub async fn leads(&self, i: usize, group: usize) -> bool {
-        let Ok(reply) = self.voters[i]
+    /// Voter `i`'s Prometheus metrics, if it answers.
+    async fn metrics(&self, i: usize) -> Option<String> {
+        let reply = self.voters[i]
             .admin()
             .try_send(Method::GET, "/metrics", &[], Bytes::new())
             .await
-        else {
-            return false;
-        };
+            .ok()?;
+        Some(reply.text())
+    }
+
+    /// Whether voter `i` says it leads `group` (a cut-off leader still does).
+    pub async fn leads(&self, i: usize, group: usize) -> bool {
         let needle = format!("ursula_group_is_leader{{group=\"{group}\"}} 1");
-        reply.text().lines().any(|line| line == needle)
+        self.metrics(i)
+            .await
+            .is_some_and(|text| text.lines().any(|line| line == needle))
     }
 
     /// The last index in voter `i`'s Raft log of `group` (0 if it cannot say).
     pub async fn last_log_index(&self, i: usize, group: usize) -> u64 {
-        let Ok(reply) = self.voters[i]
-            .admin()
-            .try_send(Method::GET, "/metrics", &[], Bytes::new())
-            .await
-        else {
-            return 0;
-        };
         let prefix = format!("ursula_group_last_log_index{{group=\"{group}\"}} ");
-        reply
-            .text()
-            .lines()
-            .find_map(|line| line.strip_prefix(&prefix)?.trim().parse().ok())
+        self.metrics(i)
+            .await
+            .and_then(|text| {
+                text.lines()
+                    .find_map(|line| line.strip_prefix(&prefix)?.trim().parse().ok())
+            })
             .unwrap_or(0)
     }
 
     /// The voter index that leads `group`, as the running voters report it.
     pub async fn leader_of(&self, group: usize) -> Option<usize> {
-        for voter in self.voters.iter().filter(|v| v.is_running()) {
-            let Ok(reply) = voter
-                .admin()
-                .try_send(Method::GET, "/metrics", &[], Bytes::new())
-                .await
-            else {
-                continue;
-            };
-            let needle = format!("ursula_group_is_leader{{group=\"{group}\"}} 1");
-            if reply.text().lines().any(|line| line == needle) {
+        for (i, voter) in self.voters.iter().enumerate() {
+            if voter.is_running() && self.leads(i, group).await {
                 return Some((voter.id - 1) as usize);
             }
         }
