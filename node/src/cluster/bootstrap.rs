@@ -46,7 +46,7 @@ pub async fn start_groups(
     let settings = raft_config(config)?;
     let client = http2_client();
     let urls = Arc::new(cluster_urls(view));
-    let links = super::network::peer_links(&client, &urls, view.node_id);
+    let links = super::network::peer_links(&urls, view.node_id);
     let mut engines = Vec::with_capacity(config.raft.group_count);
     for group in 0..config.raft.group_count {
         if !view.hosts(group) {

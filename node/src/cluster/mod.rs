@@ -8,14 +8,15 @@
 //! - `log_store`: the Raft logs and votes of all groups in one redb file, written by one thread
 //!   so that one fsync covers the entries of many groups (group commit across groups).
 //! - `state_machine`: a group's `Machine`, its published read model and its redb state.
-//! - `network` / `service`: Raft RPCs over HTTP/2 on the cluster listener, many groups
-//!   multiplexed on one connection per peer; `peer_link` coalesces the groups' concurrent
-//!   appends and votes to a peer into one request.
+//! - `network` / `service`: Raft RPCs on the cluster listener. `peer_link` coalesces the
+//!   groups' concurrent appends and votes to a peer into one exchange on one connection,
+//!   framed by `frame`; snapshots and forwarded purges are HTTP/2 requests.
 //! - `placement`: which group a bucket's streams live in.
 
 pub mod batcher;
 pub mod bootstrap;
 pub mod coalesce;
+pub mod frame;
 pub mod log_store;
 pub mod network;
 pub mod peer_link;

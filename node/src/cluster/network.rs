@@ -1,6 +1,8 @@
-//! Raft RPCs to peers: HTTP/2 without TLS (prior knowledge) to each peer's cluster listener.
-//! One connection per peer carries the RPCs of every group; the body is the postcard-encoded
-//! request, and the answer is the postcard-encoded `Result` of the peer's Raft call.
+//! Raft RPCs to peers, on each peer's cluster listener. Appends and votes of every group go
+//! through the peer's link (`peer_link`: one connection, coalesced, framed); snapshots and
+//! forwarded purges are HTTP/2 requests without TLS (prior knowledge). Either way a call's
+//! body is the postcard-encoded request, and its answer the postcard-encoded `Result` of the
+//! peer's Raft call.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -54,14 +56,13 @@ pub struct GroupNetwork {
 
 /// One link per peer in `urls`, for all groups.
 pub fn peer_links(
-    client: &HttpClient,
     urls: &HashMap<NodeId, String>,
     this_node: NodeId,
 ) -> Arc<HashMap<NodeId, Arc<PeerLink>>> {
     Arc::new(
         urls.iter()
             .filter(|(id, _)| **id != this_node)
-            .map(|(id, url)| (*id, PeerLink::start(client.clone(), url)))
+            .map(|(id, url)| (*id, PeerLink::start(url)))
             .collect(),
     )
 }

@@ -1,6 +1,7 @@
-//! The cluster listener: Raft RPCs from peers (one per request, or a peer link's batch at
-//! `/raft/batch`), and nothing else. Clients never reach it; it
-//! listens on its own address (`server.cluster_listen`).
+//! The cluster listener: Raft RPCs from peers, and nothing else. A connection that opens with
+//! `frame::MAGIC` is a peer link, whose frames are batches of calls (`peer_link`); any other
+//! speaks HTTP, one call per request at `/raft/{group}/{kind}` (snapshots, forwarded purges).
+//! Clients never reach it; it listens on its own address (`server.cluster_listen`).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -13,13 +14,15 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use serde::Serialize;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncReadExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use std::sync::atomic::Ordering;
 
 use openraft::raft::AppendEntriesRequest;
 
+use super::frame;
 use super::peer_link::{BatchAnswer, BatchCall};
 use super::types::{Raft, TypeConfig};
 use crate::engine::Metrics;
@@ -49,8 +52,15 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let rafts = rafts.clone();
         let metrics = metrics.clone();
-        let service = service_fn(move |request| handle(rafts.clone(), metrics.clone(), request));
         tokio::spawn(async move {
+            if opens_a_link(&stream).await {
+                if let Err(error) = serve_link(stream, &rafts, &metrics).await {
+                    tracing::debug!(%error, "peer link ended");
+                }
+                return;
+            }
+            let service =
+                service_fn(move |request| handle(rafts.clone(), metrics.clone(), request));
             let mut builder = auto::Builder::new(TokioExecutor::new());
             builder
                 .http2()
@@ -65,6 +75,43 @@ pub async fn serve(
             }
         });
     }
+}
+
+/// Whether the connection starts with a peer link's `frame::MAGIC` (left unread).
+async fn opens_a_link(stream: &TcpStream) -> bool {
+    let mut seen = [0u8; frame::MAGIC.len()];
+    // The magic comes in one small write; peeking again is for the rare split delivery.
+    for _ in 0..100 {
+        match stream.peek(&mut seen).await {
+            Ok(0) | Err(_) => return false,
+            Ok(n) if seen[..n] != frame::MAGIC[..n] => return false,
+            Ok(n) if n == seen.len() => return true,
+            Ok(_) => tokio::time::sleep(std::time::Duration::from_millis(1)).await,
+        }
+    }
+    false
+}
+
+/// A peer link: each frame is a batch of calls, answered in a frame of the same exchange
+/// number before the next is read (the link has one exchange in flight).
+async fn serve_link(
+    stream: TcpStream,
+    rafts: &[Option<Raft>],
+    metrics: &Metrics,
+) -> std::io::Result<()> {
+    let mut stream = BufReader::with_capacity(64 * 1024, stream);
+    let mut magic = [0u8; frame::MAGIC.len()];
+    stream.read_exact(&mut magic).await?;
+    while let Some((exchange, payload)) = frame::read(&mut stream, MAX_RPC_BYTES).await? {
+        let answers = batch(rafts, metrics, &payload)
+            .await
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+        let answer = postcard::to_extend(&answers, frame::start())
+            .map_err(std::io::Error::other)
+            .and_then(|frame| frame::finish(frame, exchange))?;
+        frame::write(stream.get_mut(), &answer).await?;
+    }
+    Ok(())
 }
 
 fn answer(status: StatusCode, body: Vec<u8>) -> Response<Full<Bytes>> {
@@ -83,11 +130,6 @@ fn encode<T: Serialize>(value: &T) -> (StatusCode, Vec<u8>) {
     }
 }
 
-fn encoded<T: Serialize>(value: &T) -> Response<Full<Bytes>> {
-    let (status, body) = encode(value);
-    answer(status, body)
-}
-
 async fn handle(
     rafts: Arc<Vec<Option<Raft>>>,
     metrics: Arc<Metrics>,
@@ -95,10 +137,9 @@ async fn handle(
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let path = request.uri().path().to_owned();
     let mut parts = path.trim_start_matches('/').split('/');
-    let route = match (parts.next(), parts.next(), parts.next(), parts.next()) {
-        (Some("raft"), Some("batch"), None, None) => None,
+    let (group, kind) = match (parts.next(), parts.next(), parts.next(), parts.next()) {
         (Some("raft"), Some(group), Some(kind), None) => match group.parse::<usize>() {
-            Ok(group) => Some((group, kind.to_owned())),
+            Ok(group) => (group, kind.to_owned()),
             Err(_) => return Ok(answer(StatusCode::NOT_FOUND, b"no such group".to_vec())),
         },
         _ => {
@@ -123,20 +164,19 @@ async fn handle(
             ));
         }
     };
-    let Some((group, kind)) = route else {
-        return Ok(batch(&rafts, &metrics, &body).await);
-    };
     let (status, body) = call(&rafts, &metrics, group, &kind, body).await;
     Ok(answer(status, body))
 }
 
 /// A peer link's coalesced calls (`peer_link`), each run as its own route would run it, all
-/// at once; the answers in the calls' order.
-async fn batch(rafts: &[Option<Raft>], metrics: &Metrics, body: &[u8]) -> Response<Full<Bytes>> {
-    let calls: Vec<BatchCall> = match postcard::from_bytes(body) {
-        Ok(calls) => calls,
-        Err(error) => return answer(StatusCode::BAD_REQUEST, error.to_string().into_bytes()),
-    };
+/// at once; the answers in the calls' order. A batch that does not decode is an error.
+async fn batch(
+    rafts: &[Option<Raft>],
+    metrics: &Metrics,
+    body: &[u8],
+) -> Result<Vec<BatchAnswer>, String> {
+    let calls: Vec<BatchCall> =
+        postcard::from_bytes(body).map_err(|e| format!("a batch of calls: {e}"))?;
     let answers: Vec<BatchAnswer> =
         futures_util::future::join_all(calls.into_iter().map(|c| async move {
             let (status, body) =
@@ -148,7 +188,7 @@ async fn batch(rafts: &[Option<Raft>], metrics: &Metrics, body: &[u8]) -> Respon
             }
         }))
         .await;
-    encoded(&answers)
+    Ok(answers)
 }
 
 /// One Raft call to `group`: its status and encoded answer.
@@ -208,15 +248,6 @@ mod tests {
     use super::*;
     use crate::cluster::peer_link::CallKind;
 
-    fn answers(response: Response<Full<Bytes>>) -> (StatusCode, Vec<BatchAnswer>) {
-        let status = response.status();
-        let body = futures_util::FutureExt::now_or_never(response.into_body().collect())
-            .and_then(Result::ok)
-            .map(|collected| collected.to_bytes())
-            .unwrap_or_default();
-        (status, postcard::from_bytes(&body).unwrap_or_default())
-    }
-
     #[tokio::test]
     async fn every_call_of_a_batch_gets_its_own_answer() {
         let metrics = Metrics::default();
@@ -234,8 +265,7 @@ mod tests {
         ];
         let body = postcard::to_allocvec(&calls).unwrap();
         // No group is hosted here: each call gets its own refusal.
-        let (status, answers) = answers(batch(&[None], &metrics, &body).await);
-        assert_eq!(status, StatusCode::OK);
+        let answers = batch(&[None], &metrics, &body).await.unwrap();
         assert_eq!(answers.len(), 2);
         for answer in answers {
             let error = answer.expect_err("no group is hosted");
@@ -247,9 +277,50 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_batch_that_does_not_decode_is_a_bad_request() {
+    async fn a_batch_that_does_not_decode_is_refused() {
         let metrics = Metrics::default();
-        let response = batch(&[None], &metrics, b"\xff\xff\xff").await;
-        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        let error = batch(&[None], &metrics, b"\xff\xff\xff").await.unwrap_err();
+        assert!(error.contains("a batch of calls"), "{error}");
+    }
+
+    /// One listener, two protocols: a link's frames and HTTP/2, told apart by the magic.
+    #[tokio::test]
+    async fn the_cluster_listener_serves_links_and_http_on_one_port() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (_stop, stopping) = watch::channel(false);
+        let rafts: Arc<Vec<Option<Raft>>> = Arc::new(vec![None]);
+        tokio::spawn(serve(listener, rafts, Arc::default(), stopping));
+
+        let link = crate::cluster::peer_link::PeerLink::start(&url);
+        for _ in 0..3 {
+            let error = link
+                .call(
+                    0,
+                    CallKind::Vote,
+                    Bytes::new(),
+                    std::time::Duration::from_secs(5),
+                )
+                .await
+                .expect_err("group 0 is not hosted");
+            assert!(
+                matches!(&error, crate::cluster::network::PostError::Other(m) if m.contains("no such group")),
+                "{error:?}"
+            );
+        }
+
+        let client = crate::cluster::network::http2_client();
+        let error = crate::cluster::network::post(
+            &client,
+            &format!("{url}/raft/0/snapshot"),
+            Vec::new(),
+            std::time::Duration::from_secs(5),
+        )
+        .await
+        .expect_err("group 0 is not hosted");
+        assert!(
+            matches!(&error, crate::cluster::network::PostError::Other(m) if m.contains("404")),
+            "{error:?}"
+        );
     }
 }
