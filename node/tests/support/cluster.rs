@@ -278,18 +278,25 @@ impl TestCluster {
 
     /// Waits until every running voter is ready (knows every group's leader, applied its log).
     pub async fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
+        // A restart replays every group's log and catches up with the leaders; on a loaded
+        // 2-core CI host that has taken over 30 s.
+        let deadline = Instant::now() + Duration::from_secs(60);
         for voter in self.voters.iter().filter(|v| v.is_running()) {
             loop {
-                let ready = voter
+                let answer = voter
                     .admin()
                     .try_send(Method::GET, "/readyz", &[], Bytes::new())
-                    .await
-                    .is_ok_and(|r| r.status == StatusCode::OK);
-                if ready {
-                    break;
-                }
-                assert!(Instant::now() < deadline, "voter {} is not ready", voter.id);
+                    .await;
+                let why = match answer {
+                    Ok(reply) if reply.status == StatusCode::OK => break,
+                    Ok(reply) => String::from_utf8_lossy(&reply.body).into_owned(),
+                    Err(error) => error,
+                };
+                assert!(
+                    Instant::now() < deadline,
+                    "voter {} is not ready: {why}",
+                    voter.id
+                );
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
