@@ -188,6 +188,7 @@ impl Engine {
             registry: registry.clone(),
             checkpointed: checkpointed.clone(),
             checkpoint_interval: wal_config.checkpoint_interval,
+            commit_interval: applier::NODE_COMMIT_INTERVAL,
         };
         let writer = Writer {
             machine,
@@ -244,6 +245,7 @@ impl Engine {
             registry: registry.clone(),
             checkpointed: Arc::new(std::sync::atomic::AtomicU64::new(applied)),
             checkpoint_interval: wal_config.checkpoint_interval,
+            commit_interval: applier::REPLICA_COMMIT_INTERVAL,
         };
         std::thread::Builder::new()
             .name("ursula-applier".into())

@@ -176,6 +176,10 @@ pub struct Registry {
     cache_budget: AtomicIsize,
     /// The last WAL record redb holds (readable by new read transactions).
     stored: watch::Sender<u64>,
+    /// The applier's thread, woken when a reader waits for redb.
+    applier: parking_lot::Mutex<Option<std::thread::Thread>>,
+    /// A reader waits for redb: the applier should commit without finishing its interval.
+    hurry: std::sync::atomic::AtomicBool,
 }
 
 impl Registry {
@@ -184,7 +188,19 @@ impl Registry {
             maps: RwLock::new(Maps::default()),
             cache_budget: AtomicIsize::new(cache_bytes as isize),
             stored: watch::channel(stored_seq).0,
+            applier: parking_lot::Mutex::new(None),
+            hurry: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Called on the applier's thread as it starts, so that `wait_stored` can wake it.
+    pub fn register_applier(&self) {
+        *self.applier.lock() = Some(std::thread::current());
+    }
+
+    /// Whether a reader has waited for redb since the last call (and forgets it).
+    pub fn take_hurry(&self) -> bool {
+        self.hurry.swap(false, std::sync::atomic::Ordering::AcqRel)
     }
 
     pub fn stream(&self, path: &StreamPath) -> Option<Arc<StreamHandle>> {
@@ -206,6 +222,14 @@ impl Registry {
     /// Waits until redb holds WAL record `seq`.
     pub async fn wait_stored(&self, seq: u64) {
         let mut stored = self.stored.subscribe();
+        if *stored.borrow() >= seq {
+            return;
+        }
+        // The applier gathers for a while before it commits; nobody should wait that out.
+        self.hurry.store(true, std::sync::atomic::Ordering::Release);
+        if let Some(applier) = self.applier.lock().as_ref() {
+            applier.unpark();
+        }
         let _ = stored.wait_for(|s| *s >= seq).await;
     }
 
@@ -305,5 +329,39 @@ impl Registry {
         for handle in changed {
             handle.notify();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    /// A reader waiting for redb wakes the applier out of its gathering interval.
+    #[tokio::test]
+    async fn a_reader_waiting_for_redb_hurries_the_applier() {
+        let registry = Arc::new(Registry::new(1 << 20, 0));
+        let applier_side = registry.clone();
+        let (parked, is_parked) = std::sync::mpsc::channel();
+        let applier = std::thread::spawn(move || {
+            applier_side.register_applier();
+            let _ = parked.send(());
+            let started = Instant::now();
+            // As the applier does: gather for up to a minute unless hurried.
+            while !applier_side.take_hurry() && started.elapsed() < Duration::from_secs(60) {
+                std::thread::park_timeout(Duration::from_secs(60));
+            }
+            applier_side.set_stored(7);
+            started.elapsed()
+        });
+        is_parked.recv().unwrap();
+        registry.wait_stored(7).await;
+        let gathered = applier.join().unwrap();
+        assert!(gathered < Duration::from_secs(30), "{gathered:?}");
+        assert!(!registry.take_hurry(), "the applier took the request");
+        // Nothing to wait for: no hurry.
+        registry.wait_stored(5).await;
+        assert!(!registry.take_hurry());
     }
 }
