@@ -12,7 +12,6 @@ use bytes::{BufMut, Bytes, BytesMut};
 use http::{Response, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
-use tokio::sync::mpsc;
 
 use super::error::ApiError;
 use tokio::time::Instant;
@@ -38,22 +37,24 @@ pub fn respond(
     client_cursor: Option<String>,
 ) -> Result<Response<Body>, ApiError> {
     let base64 = !is_text(&meta.content_type);
-    let (tx, rx) = mpsc::channel::<Bytes>(16);
     let session = Session {
         engine: app.engine(&meta.path.bucket)?.clone(),
+        changes: handle.subscribe(),
         handle,
         base64,
         chunk_size: app.config.server.read_chunk_size,
         deadline: Instant::now() + app.config.server.sse_max_duration,
         client_cursor,
-        tx,
         stopping: app.stopping.clone(),
+        at: from,
+        announced: false,
+        ended: false,
     };
-    tokio::spawn(session.run(from));
-    let events = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv()
-            .await
-            .map(|bytes| (Ok::<_, Infallible>(Frame::data(bytes)), rx))
+    // The connection itself polls the session for its next event: no task or channel of its
+    // own, so an event costs one wake-up (of the connection) per subscriber.
+    let events = futures_util::stream::unfold(session, |mut session| async move {
+        let event = session.next_event().await?;
+        Some((Ok::<_, Infallible>(Frame::data(event)), session))
     });
     Ok(Reply::new(StatusCode::OK)
         .header("content-type", "text/event-stream")
@@ -72,59 +73,57 @@ fn is_text(content_type: &str) -> bool {
 struct Session {
     engine: Arc<Engine>,
     handle: Arc<StreamHandle>,
+    changes: tokio::sync::watch::Receiver<u64>,
     base64: bool,
     chunk_size: usize,
     deadline: Instant,
     client_cursor: Option<String>,
-    tx: mpsc::Sender<Bytes>,
     stopping: tokio::sync::watch::Receiver<bool>,
+    /// The offset the next data event starts at.
+    at: u64,
+    /// Whether a control event has told the client where it is.
+    announced: bool,
+    /// The closing control event was sent, or the stream is gone: nothing more comes.
+    ended: bool,
 }
 
 impl Session {
-    async fn run(mut self, mut at: u64) {
-        let mut changes = self.handle.subscribe();
-        let mut announced = false;
+    /// The next event to send (data with its control event, a control event alone, or a
+    /// keep-alive comment), waiting for the stream to change; `None` ends the response.
+    async fn next_event(&mut self) -> Option<Bytes> {
         loop {
+            if self.ended {
+                return None;
+            }
             let meta = self.handle.meta();
             if self.handle.is_removed() || meta.soft_deleted {
-                return;
+                return None;
             }
-            if at < meta.tail {
-                let Ok(chunk) = read_chunk(&self.engine, &self.handle, &meta, at, self.chunk_size)
-                else {
-                    return;
-                };
-                at = chunk.next;
+            if self.at < meta.tail {
+                let chunk =
+                    read_chunk(&self.engine, &self.handle, &meta, self.at, self.chunk_size).ok()?;
+                self.at = chunk.next;
                 let mut event = BytesMut::with_capacity(chunk.body.len() + 128);
                 self.data_event(&mut event, &chunk.body);
-                let closed = self.control_event(&mut event, &meta, at);
-                if self.tx.send(event.freeze()).await.is_err() || closed {
-                    return;
-                }
-                announced = true;
-                continue;
+                self.ended = self.control_event(&mut event, &meta, self.at);
+                self.announced = true;
+                return Some(event.freeze());
             }
-            if !announced || meta.closed {
+            if !self.announced || meta.closed {
                 let mut event = BytesMut::with_capacity(128);
-                let closed = self.control_event(&mut event, &meta, at);
-                if self.tx.send(event.freeze()).await.is_err() || closed {
-                    return;
-                }
-                announced = true;
+                self.ended = self.control_event(&mut event, &meta, self.at);
+                self.announced = true;
+                return Some(event.freeze());
             }
             tokio::select! {
-                changed = changes.changed() => {
-                    if changed.is_err() {
-                        return;
-                    }
+                changed = self.changes.changed() => {
+                    changed.ok()?;
                 }
                 () = tokio::time::sleep(KEEP_ALIVE) => {
-                    if self.tx.send(Bytes::from_static(b": keep-alive\n\n")).await.is_err() {
-                        return;
-                    }
+                    return Some(Bytes::from_static(b": keep-alive\n\n"));
                 }
-                () = tokio::time::sleep_until(self.deadline) => return,
-                () = super::until_stopping(&mut self.stopping) => return,
+                () = tokio::time::sleep_until(self.deadline) => return None,
+                () = super::until_stopping(&mut self.stopping) => return None,
             }
         }
     }
@@ -156,24 +155,37 @@ impl Session {
 
     /// Writes the control event for position `at`; returns whether it was the closing one.
     fn control_event(&self, out: &mut BytesMut, meta: &StreamMeta, at: u64) -> bool {
-        let up_to_date = at == meta.tail;
-        let closed = meta.closed && up_to_date;
-        let mut control = serde_json::Map::new();
-        control.insert("streamNextOffset".into(), offset::format(at).into());
-        if closed {
-            control.insert("streamClosed".into(), true.into());
-        } else {
-            let cursor = cursor::next(now_ms(), self.client_cursor.as_deref());
-            control.insert("streamCursor".into(), cursor.into());
-        }
-        if up_to_date {
-            control.insert("upToDate".into(), true.into());
-        }
-        out.put_slice(b"event: control\ndata:");
-        out.put_slice(serde_json::Value::Object(control).to_string().as_bytes());
-        out.put_slice(b"\n\n");
-        closed
+        let cursor = cursor::next(now_ms(), self.client_cursor.as_deref());
+        write_control(out, at, meta.tail, meta.closed, &cursor)
     }
+}
+
+/// An `event: control` for position `at` of a stream whose tail is `tail`; returns whether
+/// it is the closing one (the stream is closed and `at` is its tail). Offsets and cursors are
+/// digits (and `_`), so the JSON needs no escaping.
+fn write_control(
+    out: &mut BytesMut,
+    at: u64,
+    tail: u64,
+    stream_closed: bool,
+    cursor: &str,
+) -> bool {
+    let up_to_date = at == tail;
+    let closed = stream_closed && up_to_date;
+    out.put_slice(b"event: control\ndata:{\"streamNextOffset\":\"");
+    out.put_slice(offset::format(at).as_bytes());
+    if closed {
+        out.put_slice(b"\",\"streamClosed\":true");
+    } else {
+        out.put_slice(b"\",\"streamCursor\":\"");
+        out.put_slice(cursor.as_bytes());
+        out.put_slice(b"\"");
+    }
+    if up_to_date {
+        out.put_slice(b",\"upToDate\":true");
+    }
+    out.put_slice(b"}\n\n");
+    closed
 }
 
 /// Splits on `\r\n`, `\n` and a lone `\r`, so no payload line can end an event or start a
@@ -216,6 +228,44 @@ mod tests {
         assert_eq!(
             split_lines("event: evil\r\n\r\ndata: x"),
             vec!["event: evil", "", "data: x"]
+        );
+    }
+
+    fn control(at: u64, tail: u64, closed: bool) -> (bool, serde_json::Value) {
+        let mut out = BytesMut::new();
+        let closing = write_control(&mut out, at, tail, closed, "1234");
+        let text = std::str::from_utf8(&out).unwrap();
+        let data = text
+            .strip_prefix("event: control\ndata:")
+            .and_then(|rest| rest.strip_suffix("\n\n"))
+            .unwrap_or_else(|| panic!("not one control event: {text:?}"));
+        (closing, serde_json::from_str(data).unwrap())
+    }
+
+    #[test]
+    fn control_events_say_where_to_resume_and_whether_it_is_over() {
+        let (closing, behind) = control(5, 9, false);
+        assert!(!closing);
+        assert_eq!(
+            behind,
+            serde_json::json!({"streamNextOffset": offset::format(5), "streamCursor": "1234"})
+        );
+        let (closing, at_tail) = control(9, 9, false);
+        assert!(!closing);
+        assert_eq!(at_tail["upToDate"], true);
+        assert_eq!(at_tail["streamCursor"], "1234");
+        // Closed but not yet caught up: not the last event.
+        let (closing, _) = control(5, 9, true);
+        assert!(!closing);
+        let (closing, last) = control(9, 9, true);
+        assert!(closing);
+        assert_eq!(
+            last,
+            serde_json::json!({
+                "streamNextOffset": offset::format(9),
+                "streamClosed": true,
+                "upToDate": true,
+            })
         );
     }
 
