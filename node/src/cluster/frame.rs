@@ -9,7 +9,7 @@
 
 use std::io;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// What a peer link writes first. Neither an HTTP/1 method nor the HTTP/2 preface
@@ -62,9 +62,19 @@ pub async fn read<R: AsyncRead + Unpin>(
             format!("a frame of {len} bytes is over the limit of {max}"),
         ));
     }
-    let mut payload = BytesMut::zeroed(len);
-    reader.read_exact(&mut payload).await?;
-    Ok(Some((u64::from_le_bytes(exchange_bytes), payload.freeze())))
+    // Grown as the bytes arrive: a header alone does not get `max` bytes allocated.
+    let mut payload = Vec::with_capacity(len.min(64 * 1024));
+    (&mut *reader)
+        .take(len as u64)
+        .read_to_end(&mut payload)
+        .await?;
+    if payload.len() < len {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
+    Ok(Some((
+        u64::from_le_bytes(exchange_bytes),
+        Bytes::from(payload),
+    )))
 }
 
 #[cfg(test)]
