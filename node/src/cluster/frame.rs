@@ -19,6 +19,9 @@ pub const MAGIC: &[u8; 8] = b"URSLINK1";
 /// Bytes before a frame's payload.
 pub const HEADER: usize = 12;
 
+/// Payloads up to this size are allocated whole from the header; larger ones as they arrive.
+const EAGER_BYTES: usize = 1024 * 1024;
+
 /// A frame buffer with room for the header; append the payload, then `finish` it.
 pub fn start() -> Vec<u8> {
     vec![0; HEADER]
@@ -62,15 +65,22 @@ pub async fn read<R: AsyncRead + Unpin>(
             format!("a frame of {len} bytes is over the limit of {max}"),
         ));
     }
-    // Grown as the bytes arrive: a header alone does not get `max` bytes allocated.
-    let mut payload = Vec::with_capacity(len.min(64 * 1024));
-    (&mut *reader)
-        .take(len as u64)
-        .read_to_end(&mut payload)
-        .await?;
-    if payload.len() < len {
-        return Err(io::ErrorKind::UnexpectedEof.into());
-    }
+    let payload = if len <= EAGER_BYTES {
+        let mut payload = vec![0; len];
+        reader.read_exact(&mut payload).await?;
+        payload
+    } else {
+        // Grown as the bytes arrive: a header alone does not get `max` bytes allocated.
+        let mut payload = Vec::with_capacity(EAGER_BYTES);
+        (&mut *reader)
+            .take(len as u64)
+            .read_to_end(&mut payload)
+            .await?;
+        if payload.len() < len {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        payload
+    };
     Ok(Some((
         u64::from_le_bytes(exchange_bytes),
         Bytes::from(payload),
@@ -97,6 +107,20 @@ mod tests {
         let (exchange, payload) = read(&mut reader, 1024).await.unwrap().unwrap();
         assert_eq!((exchange, &payload[..]), (u64::MAX, &[7u8; 300][..]));
         assert!(read(&mut reader, 1024).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_large_frame_arrives_whole_and_a_short_one_is_torn() {
+        let mut frame = start();
+        frame.extend((0..3 * EAGER_BYTES).map(|i| i as u8));
+        let frame = finish(frame, 4).unwrap();
+        let (exchange, payload) = read(&mut &frame[..], usize::MAX).await.unwrap().unwrap();
+        assert_eq!((exchange, payload.len()), (4, 3 * EAGER_BYTES));
+        assert_eq!(&payload[..], &frame[HEADER..]);
+        let error = read(&mut &frame[..frame.len() - 1], usize::MAX)
+            .await
+            .unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::UnexpectedEof);
     }
 
     #[tokio::test]
