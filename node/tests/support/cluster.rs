@@ -254,16 +254,13 @@ impl TestCluster {
             .is_some_and(|text| text.lines().any(|line| line == needle))
     }
 
-    /// The last index in voter `i`'s Raft log of `group` (0 if it cannot say).
-    pub async fn last_log_index(&self, i: usize, group: usize) -> u64 {
+    /// The last index in voter `i`'s Raft log of `group` (`None` if it cannot say).
+    pub async fn last_log_index(&self, i: usize, group: usize) -> Option<u64> {
         let prefix = format!("ursula_group_last_log_index{{group=\"{group}\"}} ");
-        self.metrics(i)
-            .await
-            .and_then(|text| {
-                text.lines()
-                    .find_map(|line| line.strip_prefix(&prefix)?.trim().parse().ok())
-            })
-            .unwrap_or(0)
+        self.metrics(i).await.and_then(|text| {
+            text.lines()
+                .find_map(|line| line.strip_prefix(&prefix)?.trim().parse().ok())
+        })
     }
 
     /// The voter index that leads `group`, as the running voters report it.
