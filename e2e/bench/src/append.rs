@@ -112,11 +112,11 @@ pub async fn run(client: Client, prefix: &str, label: &str, o: Options) -> Resul
         latencies.max()
     );
     // Per thread name, for threads alive at both ends of the measurement.
+    let count = latencies.count().max(1) as f64;
     let by_thread: std::collections::BTreeMap<String, f64> = threads_after
         .iter()
         .filter_map(|(name, after)| {
             let before = threads_before.get(name)?;
-            let count = latencies.count().max(1) as f64;
             Some((name.clone(), (after - before) * 1e6 / count))
         })
         .collect();

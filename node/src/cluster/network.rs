@@ -99,7 +99,7 @@ type RpcResult<T, E> = Result<T, RPCError<NodeId, BasicNode, RaftError<NodeId, E
 impl PeerConnection {
     async fn call<Req, Resp, E>(
         &self,
-        kind: &str,
+        kind: CallKind,
         rpc: &Req,
         timeout: Duration,
     ) -> RpcResult<Resp, E>
@@ -109,16 +109,12 @@ impl PeerConnection {
         E: std::error::Error + DeserializeOwned,
     {
         let body = postcard::to_allocvec(rpc).map_err(|e| network_error(e.to_string()))?;
-        // Snapshots are large and slow; they go alone rather than hold up others' appends.
-        let linked = match kind {
-            "append" => Some(CallKind::Append),
-            "vote" => Some(CallKind::Vote),
-            _ => None,
-        };
-        let sent = match (&self.link, linked) {
-            (Some(link), Some(kind)) => link.call(self.group, kind, body.into(), timeout).await,
+        let sent = match &self.link {
+            Some(link) if kind.is_linked() => {
+                link.call(self.group, kind, body.into(), timeout).await
+            }
             _ => {
-                let url = format!("{}/{kind}", self.base);
+                let url = format!("{}/{}", self.base, kind.route());
                 post(&self.client, &url, body, timeout).await
             }
         };
@@ -131,7 +127,8 @@ impl PeerConnection {
             }
             Err(PostError::TimedOut) => {
                 return Err(network_error(format!(
-                    "{kind} to node {} timed out after {timeout:?}",
+                    "{} to node {} timed out after {timeout:?}",
+                    kind.route(),
                     self.target
                 )));
             }
@@ -203,7 +200,7 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> RpcResult<AppendEntriesResponse<NodeId>, openraft::error::Infallible> {
-        self.call("append", &rpc, option.hard_ttl()).await
+        self.call(CallKind::Append, &rpc, option.hard_ttl()).await
     }
 
     async fn install_snapshot(
@@ -211,7 +208,7 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         rpc: InstallSnapshotRequest<TypeConfig>,
         option: RPCOption,
     ) -> RpcResult<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
-        self.call("snapshot", &rpc, option.hard_ttl()).await
+        self.call(CallKind::Snapshot, &rpc, option.hard_ttl()).await
     }
 
     async fn vote(
@@ -219,7 +216,7 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> RpcResult<VoteResponse<NodeId>, openraft::error::Infallible> {
-        self.call("vote", &rpc, option.hard_ttl()).await
+        self.call(CallKind::Vote, &rpc, option.hard_ttl()).await
     }
 }
 
@@ -230,7 +227,11 @@ pub async fn forward_purge(
     group: usize,
     bucket: &str,
 ) -> Result<u64, String> {
-    let url = format!("{}/raft/{group}/purge", cluster_url.trim_end_matches('/'));
+    let url = format!(
+        "{}/raft/{group}/{}",
+        cluster_url.trim_end_matches('/'),
+        CallKind::Purge.route()
+    );
     match post(client, &url, bucket.to_owned(), Duration::from_secs(30)).await {
         Ok(body) => {
             postcard::from_bytes::<Result<u64, String>>(&body).map_err(|e| e.to_string())?

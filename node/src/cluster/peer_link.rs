@@ -29,20 +29,36 @@ const MAX_ANSWER_BYTES: usize = 64 * 1024 * 1024;
 /// How long a connection attempt to a peer may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// The Raft calls a link carries (snapshots go alone).
+/// The calls the cluster listener answers, at `/raft/{group}/{route}` one by one, or in a
+/// peer link's batch. Links carry appends and votes; snapshots are large and slow and go
+/// alone, and purges are forwarded by the admin listener.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CallKind {
     Append,
     Vote,
+    Snapshot,
+    Purge,
 }
 
 impl CallKind {
-    /// The route of the same call sent alone: `/raft/{group}/{route}`.
     pub fn route(self) -> &'static str {
         match self {
             Self::Append => "append",
             Self::Vote => "vote",
+            Self::Snapshot => "snapshot",
+            Self::Purge => "purge",
         }
+    }
+
+    pub fn from_route(route: &str) -> Option<Self> {
+        [Self::Append, Self::Vote, Self::Snapshot, Self::Purge]
+            .into_iter()
+            .find(|kind| kind.route() == route)
+    }
+
+    /// Whether calls of this kind go through a peer link.
+    pub fn is_linked(self) -> bool {
+        matches!(self, Self::Append | Self::Vote)
     }
 }
 
@@ -246,6 +262,19 @@ impl Connection {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn call_kinds_round_trip_through_their_routes() {
+        for kind in [
+            CallKind::Append,
+            CallKind::Vote,
+            CallKind::Snapshot,
+            CallKind::Purge,
+        ] {
+            assert_eq!(CallKind::from_route(kind.route()), Some(kind));
+        }
+        assert_eq!(CallKind::from_route("batch"), None);
+    }
 
     #[test]
     fn cluster_urls_become_authorities() {

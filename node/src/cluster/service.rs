@@ -23,7 +23,7 @@ use std::sync::atomic::Ordering;
 use openraft::raft::AppendEntriesRequest;
 
 use super::frame;
-use super::peer_link::{BatchAnswer, BatchCall};
+use super::peer_link::{BatchAnswer, BatchCall, CallKind};
 use super::types::{Raft, TypeConfig};
 use crate::engine::Metrics;
 
@@ -138,10 +138,18 @@ async fn handle(
     let path = request.uri().path().to_owned();
     let mut parts = path.trim_start_matches('/').split('/');
     let (group, kind) = match (parts.next(), parts.next(), parts.next(), parts.next()) {
-        (Some("raft"), Some(group), Some(kind), None) => match group.parse::<usize>() {
-            Ok(group) => (group, kind.to_owned()),
-            Err(_) => return Ok(answer(StatusCode::NOT_FOUND, b"no such group".to_vec())),
-        },
+        (Some("raft"), Some(group), Some(route), None) => {
+            let Some(kind) = CallKind::from_route(route) else {
+                return Ok(answer(
+                    StatusCode::NOT_FOUND,
+                    b"no such cluster route".to_vec(),
+                ));
+            };
+            match group.parse::<usize>() {
+                Ok(group) => (group, kind),
+                Err(_) => return Ok(answer(StatusCode::NOT_FOUND, b"no such group".to_vec())),
+            }
+        }
         _ => {
             return Ok(answer(
                 StatusCode::NOT_FOUND,
@@ -164,7 +172,7 @@ async fn handle(
             ));
         }
     };
-    let (status, body) = call(&rafts, &metrics, group, &kind, body).await;
+    let (status, body) = call(&rafts, &metrics, group, kind, body).await;
     Ok(answer(status, body))
 }
 
@@ -179,8 +187,7 @@ async fn batch(
         postcard::from_bytes(body).map_err(|e| format!("a batch of calls: {e}"))?;
     let answers: Vec<BatchAnswer> =
         futures_util::future::join_all(calls.into_iter().map(|c| async move {
-            let (status, body) =
-                call(rafts, metrics, c.group as usize, c.kind.route(), c.body).await;
+            let (status, body) = call(rafts, metrics, c.group as usize, c.kind, c.body).await;
             if status.is_success() {
                 Ok(Bytes::from(body))
             } else {
@@ -196,7 +203,7 @@ async fn call(
     rafts: &[Option<Raft>],
     metrics: &Metrics,
     group: usize,
-    kind: &str,
+    kind: CallKind,
     body: Bytes,
 ) -> (StatusCode, Vec<u8>) {
     let Some(raft) = rafts.get(group).and_then(Option::clone) else {
@@ -204,7 +211,7 @@ async fn call(
     };
     let bad = |error: postcard::Error| (StatusCode::BAD_REQUEST, error.to_string().into_bytes());
     match kind {
-        "append" => match postcard::from_bytes::<AppendEntriesRequest<TypeConfig>>(&body) {
+        CallKind::Append => match postcard::from_bytes::<AppendEntriesRequest<TypeConfig>>(&body) {
             Ok(rpc) => {
                 metrics.append_rpcs.fetch_add(1, Ordering::Relaxed);
                 metrics
@@ -214,20 +221,19 @@ async fn call(
             }
             Err(error) => bad(error),
         },
-        "vote" => match postcard::from_bytes(&body) {
+        CallKind::Vote => match postcard::from_bytes(&body) {
             Ok(rpc) => encode(&raft.vote(rpc).await),
             Err(error) => bad(error),
         },
-        "snapshot" => match postcard::from_bytes(&body) {
+        CallKind::Snapshot => match postcard::from_bytes(&body) {
             Ok(rpc) => encode(&raft.install_snapshot(rpc).await),
             Err(error) => bad(error),
         },
         // A peer's admin listener was asked to purge a bucket of a group this node leads.
-        "purge" => match std::str::from_utf8(&body) {
+        CallKind::Purge => match std::str::from_utf8(&body) {
             Ok(bucket) => encode(&purge_here(&raft, bucket).await),
             Err(_) => (StatusCode::BAD_REQUEST, b"the bucket is not UTF-8".to_vec()),
         },
-        _ => (StatusCode::NOT_FOUND, b"no such cluster route".to_vec()),
     }
 }
 
@@ -246,7 +252,6 @@ async fn purge_here(raft: &Raft, bucket: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::peer_link::CallKind;
 
     #[tokio::test]
     async fn every_call_of_a_batch_gets_its_own_answer() {
