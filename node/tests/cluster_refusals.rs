@@ -285,11 +285,16 @@ fn a_group_with_too_much_unapplied_refuses_bodies_until_it_commits() {
         let client = cluster.voters[leader].client();
         let path = format!("/{bucket}/s");
         let group = cluster.group_of(bucket);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         // Read for sure: a failed read taken as 0 let the wait below pass at once.
         let proposed_before = loop {
             if let Some(index) = cluster.last_log_index(leader, group).await {
                 break index;
             }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the leader's metrics do not answer"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
         let pending = {
@@ -299,7 +304,6 @@ fn a_group_with_too_much_unapplied_refuses_bodies_until_it_commits() {
         };
         // The first write must be proposed (in the leader's log, uncommitted) before the
         // second is sent; a fixed pause was not always enough on a loaded machine.
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         while cluster
             .last_log_index(leader, group)
             .await
@@ -311,17 +315,20 @@ fn a_group_with_too_much_unapplied_refuses_bodies_until_it_commits() {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let refused = tokio::time::timeout(
+        let Ok(refused) = tokio::time::timeout(
             Duration::from_secs(10),
             client.post(&path, &[TEXT], "r".repeat(600)),
         )
         .await
-        .unwrap_or_else(|_| {
-            panic!(
-                "the second write was held (the first write had {}been answered)",
-                if pending.is_finished() { "" } else { "not " }
-            )
-        });
+        else {
+            let first = if pending.is_finished() {
+                let first = pending.await.expect("the first write");
+                format!("answered {}: {}", first.status, first.text())
+            } else {
+                "not answered".to_owned()
+            };
+            panic!("the second write was held; the first write was {first}");
+        };
         assert_refusal(
             &refused,
             StatusCode::SERVICE_UNAVAILABLE,
