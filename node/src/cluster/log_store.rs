@@ -503,10 +503,10 @@ impl Writer {
     /// Writes the batch as one record with one fsync.
     fn write(&mut self, batch: &[Change]) -> Result<(), String> {
         let ops: Vec<&LogOp> = batch.iter().map(|change| &change.op).collect();
-        let payload = postcard::to_allocvec(&ops).map_err(|e| e.to_string())?;
+        self.wal.stage(&ops).map_err(|e| e.to_string())?;
         let seq = self.wal.last_seq() + 1;
         let started = Instant::now();
-        self.wal.append(seq, &payload).map_err(|e| e.to_string())?;
+        self.wal.append_staged(seq).map_err(|e| e.to_string())?;
         self.metrics.observe_fsync(started.elapsed());
         self.metrics.batches.fetch_add(1, Ordering::Relaxed);
         let mut entries = 0u64;

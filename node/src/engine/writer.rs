@@ -71,7 +71,7 @@ impl Writer {
             })
             .collect();
         // The WAL record is the batch's commands, encoded before they are applied.
-        let record = postcard::to_allocvec(&commands);
+        let staged = self.wal.stage(&commands);
 
         let mut effects: Vec<Effect> = Vec::new();
         let mut results: Vec<Result<Outcome, Refusal>> = Vec::with_capacity(replies.len());
@@ -100,9 +100,9 @@ impl Writer {
         if !effects.is_empty() {
             let seq = self.wal.last_seq() + 1;
             let started = Instant::now();
-            let written = record
+            let written = staged
                 .map_err(|e| e.to_string())
-                .and_then(|record| self.wal.append(seq, &record).map_err(|e| e.to_string()));
+                .and_then(|()| self.wal.append_staged(seq).map_err(|e| e.to_string()));
             if let Err(error) = written {
                 // The machine is ahead of the log and the page cache cannot be trusted after a
                 // failed sync: refuse the batch and restart, which recovers from the WAL.
