@@ -119,10 +119,9 @@ impl RaftStateMachine<TypeConfig> for GroupStateMachine {
                 EntryPayload::Normal(batch) => {
                     let mut results = Vec::with_capacity(batch.0.len());
                     for command in batch.0 {
-                        let applied = self.machine.apply_in_batch(command);
-                        self.metrics.count(&applied.effects);
-                        effects.extend(applied.effects);
-                        results.push(applied.result);
+                        let before = effects.len();
+                        results.push(self.machine.apply_in_batch(command, &mut effects));
+                        self.metrics.count(&effects[before..]);
                     }
                     replies.push(ApplyReply(Some(results)));
                 }
@@ -132,7 +131,7 @@ impl RaftStateMachine<TypeConfig> for GroupStateMachine {
                 }
             }
         }
-        effects.extend(self.machine.finish_batch());
+        self.machine.finish_batch(&mut effects);
         let Some(last) = last else {
             return Ok(replies);
         };

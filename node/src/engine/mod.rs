@@ -145,9 +145,10 @@ fn recover(
             EngineError::Storage(format!("WAL record {} does not decode: {e}", record.seq))
         })?;
         for command in commands {
-            effects.extend(machine.apply_in_batch(command).effects);
+            // A refusal replays as the refusal it was; only the effects matter here.
+            let _ = machine.apply_in_batch(command, &mut effects);
         }
-        effects.extend(machine.finish_batch());
+        machine.finish_batch(&mut effects);
         last = record.seq;
     }
     if last > applied {
@@ -199,6 +200,7 @@ impl Engine {
             applier: to_applier,
             checkpointed,
             log_bytes: log_bytes.clone(),
+            commands: Vec::new(),
         };
         let spawn_error =
             |e: std::io::Error| EngineError::Storage(format!("cannot start a thread: {e}"));

@@ -104,15 +104,20 @@ impl Machine {
 
     /// Applies one command as a batch of its own: its effects are complete.
     pub fn apply(&mut self, command: Command) -> Applied {
-        let mut applied = self.apply_in_batch(command);
-        applied.effects.extend(self.finish_batch());
-        applied
+        let mut effects = Vec::new();
+        let result = self.apply_in_batch(command, &mut effects);
+        self.finish_batch(&mut effects);
+        Applied { result, effects }
     }
 
-    /// Applies a command that is part of a batch: the metadata writes of its data appends are
-    /// left to `finish_batch`, which the batch's applier must call before it stores or
-    /// publishes the batch's effects.
-    pub fn apply_in_batch(&mut self, command: Command) -> Applied {
+    /// Applies a command that is part of a batch, adding its effects to the batch's. The
+    /// metadata writes of its data appends are left to `finish_batch`, which the batch's
+    /// applier must call before it stores or publishes the batch's effects.
+    pub fn apply_in_batch(
+        &mut self,
+        command: Command,
+        effects: &mut Vec<Effect>,
+    ) -> Result<Outcome, Refusal> {
         let result = match command {
             Command::CreateBucket { bucket } => self.create_bucket(bucket),
             Command::Create(create) => self.create(create),
@@ -128,10 +133,9 @@ impl Machine {
             } => self.advance_retention(&path, offset, now_ms),
             Command::PurgeBucket { bucket } => Ok(self.purge_bucket(bucket)),
         };
-        Applied {
-            result,
-            effects: std::mem::take(&mut self.effects),
-        }
+        // `append` moves the effects and keeps this buffer's capacity for the next command.
+        effects.append(&mut self.effects);
+        result
     }
 
     pub fn limits(&self) -> Limits {
@@ -164,14 +168,16 @@ impl Machine {
 
     /// The metadata writes left from the batch's data appends, one per stream, each with the
     /// stream's metadata as it is now. A stream deleted since is not written back.
-    pub fn finish_batch(&mut self) -> Vec<Effect> {
+    pub fn finish_batch(&mut self, effects: &mut Vec<Effect>) {
         let mut deferred = std::mem::take(&mut self.deferred_meta);
         deferred.sort_unstable();
         deferred.dedup();
-        for id in deferred {
+        for &id in &deferred {
             self.emit_meta(id);
         }
-        std::mem::take(&mut self.effects)
+        deferred.clear();
+        self.deferred_meta = deferred;
+        effects.append(&mut self.effects);
     }
 
     fn defer_meta(&mut self, id: u64) {

@@ -585,11 +585,10 @@ proptest! {
             let mut effects = Vec::new();
             for command in commands.by_ref().take(size) {
                 let one = single.apply(command.clone());
-                let applied = batched.apply_in_batch(command);
-                prop_assert_eq!(applied.result, one.result);
-                effects.extend(applied.effects);
+                let result = batched.apply_in_batch(command, &mut effects);
+                prop_assert_eq!(result, one.result);
             }
-            effects.extend(batched.finish_batch());
+            batched.finish_batch(&mut effects);
             store.write(&effects);
             prop_assert_eq!(&store.restore(limits), &batched);
             prop_assert_eq!(&batched, &single);
