@@ -92,11 +92,12 @@ impl StreamHandle {
         let first = cache.records.front()?.offset;
         let mut out = Vec::new();
         let mut total = 0;
-        for record in &cache.records {
-            let end = record.offset + record.bytes.len() as u64;
-            if end <= from {
-                continue;
-            }
+        // Live readers ask for the last few records of a cache that can hold thousands: find
+        // the first record ending past `from` by bisection (records are in offset order).
+        let skip = cache
+            .records
+            .partition_point(|record| record.offset + record.bytes.len() as u64 <= from);
+        for record in cache.records.range(skip..) {
             if record.offset >= until || total >= max_bytes {
                 break;
             }
