@@ -186,6 +186,8 @@ impl Wal {
         } else {
             self.file.sync_data()?;
         }
+        // Written once: a second `append_staged` without a new `stage` is refused.
+        self.buffer.clear();
         if self.buffer.capacity() > MAX_KEPT_BUFFER {
             // One huge record (a large snapshot) should not pin its size for good.
             self.buffer = Vec::new();
@@ -459,7 +461,8 @@ mod tests {
             wal.stage(value).unwrap();
             wal.append_staged(seq).unwrap();
         }
-        // A staged record that is never written leaves no trace.
+        // A staged record is written once, and one never written leaves no trace.
+        assert!(wal.append_staged(41).is_err());
         wal.stage(&vec!["abandoned".to_owned()]).unwrap();
         drop(wal);
         let (_, replay) = Wal::open(dir.path(), 4096).unwrap();
