@@ -85,7 +85,8 @@ struct Session {
     /// whole session, re-armed only when it fires: a timer set and cancelled around every
     /// event cost ~5% of a node's CPU with 1,000 subscribers.
     timer: std::pin::Pin<Box<tokio::time::Sleep>>,
-    /// When the session last had something to send (a change woke it, or a keep-alive).
+    /// When the last event or keep-alive was sent: a wake-up that sends nothing (a metadata
+    /// change, say) does not put the next keep-alive off.
     last_sent: Instant,
     client_cursor: Option<String>,
     stopping: tokio::sync::watch::Receiver<bool>,
@@ -117,19 +118,19 @@ impl Session {
                 self.data_event(&mut event, &chunk.body);
                 self.ended = self.control_event(&mut event, &meta, self.at);
                 self.announced = true;
+                self.last_sent = Instant::now();
                 return Some(event.freeze());
             }
             if !self.announced || meta.closed {
                 let mut event = BytesMut::with_capacity(128);
                 self.ended = self.control_event(&mut event, &meta, self.at);
                 self.announced = true;
+                self.last_sent = Instant::now();
                 return Some(event.freeze());
             }
             tokio::select! {
                 changed = self.changes.changed() => {
                     changed.ok()?;
-                    // The data or control event this change brings is sent next.
-                    self.last_sent = Instant::now();
                 }
                 () = self.timer.as_mut() => {
                     let now = Instant::now();
