@@ -125,3 +125,43 @@ fn sigterm_ends_live_reads_and_exits_cleanly() {
         assert_eq!(client.get("/term/s?offset=-1").await.text(), "kept");
     });
 }
+
+/// `/metrics` counts what was applied: every answered write is a command, every record
+/// written an append, with its bytes; a refused append writes nothing.
+#[tokio::test]
+async fn metrics_count_commands_appends_and_their_bytes() {
+    let node = start_in_process(|_| {}).await;
+    let counter = |text: &str, name: &str| -> u64 {
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+    };
+    let before = node.admin.get("/metrics").await.text();
+    assert_eq!(
+        node.client.put("/meter", &[], "").await.status,
+        StatusCode::CREATED
+    );
+    let created = node.client.put("/meter/s", &[TEXT], "data").await;
+    assert_eq!(created.status, StatusCode::CREATED);
+    for body in ["hello", "world!"] {
+        let appended = node.client.post("/meter/s", &[TEXT], body).await;
+        assert_eq!(appended.status, StatusCode::NO_CONTENT);
+    }
+    let refused = node.client.post("/meter/missing", &[TEXT], "nope").await;
+    assert_eq!(refused.status, StatusCode::NOT_FOUND);
+    let after = node.admin.get("/metrics").await.text();
+
+    let grew = |name: &str| counter(&after, name) - counter(&before, name);
+    assert_eq!(
+        grew("ursula_appends_total"),
+        3,
+        "create with data and two appends"
+    );
+    assert_eq!(grew("ursula_appended_bytes_total"), 4 + 5 + 6);
+    // Housekeeping's expiry sweeps are commands too, so at least these five.
+    let commands = grew("ursula_commands_total");
+    assert!(
+        commands >= 5,
+        "bucket, create, two appends, refused: {commands}"
+    );
+}

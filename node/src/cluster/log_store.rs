@@ -547,10 +547,14 @@ impl Writer {
             let summary = LogOp::Summary {
                 groups: self.summary.clone(),
             };
+            // A record is a sequence of ops (a slice; an array would encode as a tuple).
+            let ops: &[&LogOp] = &[&summary];
             let seq = self.wal.last_seq() + 1;
-            let written = postcard::to_allocvec(&vec![&summary])
+            let written = self
+                .wal
+                .stage(ops)
                 .map_err(|e| e.to_string())
-                .and_then(|payload| self.wal.append(seq, &payload).map_err(|e| e.to_string()));
+                .and_then(|()| self.wal.append_staged(seq).map_err(|e| e.to_string()));
             match written {
                 Ok(()) => {
                     self.summary_seq = seq;

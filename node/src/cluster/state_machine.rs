@@ -111,18 +111,19 @@ impl RaftStateMachine<TypeConfig> for GroupStateMachine {
     {
         let mut replies = Vec::new();
         let mut effects = Vec::new();
+        let mut commands = 0;
         let mut last = None;
         for entry in entries {
             last = Some(*entry.get_log_id());
             match entry.payload {
                 EntryPayload::Blank => replies.push(ApplyReply(None)),
                 EntryPayload::Normal(batch) => {
-                    let mut results = Vec::with_capacity(batch.0.len());
-                    for command in batch.0 {
-                        let before = effects.len();
-                        results.push(self.machine.apply_in_batch(command, &mut effects));
-                        self.metrics.count(&effects[before..]);
-                    }
+                    commands += batch.0.len() as u64;
+                    let results = batch
+                        .0
+                        .into_iter()
+                        .map(|command| self.machine.apply_in_batch(command, &mut effects))
+                        .collect();
                     replies.push(ApplyReply(Some(results)));
                 }
                 EntryPayload::Membership(membership) => {
@@ -132,6 +133,7 @@ impl RaftStateMachine<TypeConfig> for GroupStateMachine {
             }
         }
         self.machine.finish_batch(&mut effects);
+        self.metrics.count(commands, &effects);
         let Some(last) = last else {
             return Ok(replies);
         };

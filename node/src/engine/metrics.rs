@@ -39,16 +39,18 @@ impl Metrics {
         }
     }
 
-    /// Counts the appends among applied effects.
-    pub fn count(&self, effects: &[crate::machine::Effect]) {
-        self.commands.fetch_add(1, Ordering::Relaxed);
+    /// Counts a batch of applied commands and the appends among their effects.
+    pub fn count(&self, commands: u64, effects: &[crate::machine::Effect]) {
+        let (mut appends, mut bytes) = (0, 0);
         for effect in effects {
-            if let crate::machine::Effect::PutRecord { bytes, .. } = effect {
-                self.appends.fetch_add(1, Ordering::Relaxed);
-                self.appended_bytes
-                    .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+            if let crate::machine::Effect::PutRecord { bytes: record, .. } = effect {
+                appends += 1;
+                bytes += record.len() as u64;
             }
         }
+        self.commands.fetch_add(commands, Ordering::Relaxed);
+        self.appends.fetch_add(appends, Ordering::Relaxed);
+        self.appended_bytes.fetch_add(bytes, Ordering::Relaxed);
     }
 
     pub fn render(&self, out: &mut String) {

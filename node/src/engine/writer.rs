@@ -81,26 +81,16 @@ impl Writer {
         let mut effects: Vec<Effect> = Vec::with_capacity(commands.len() * 2);
         let mut results: Vec<Result<Outcome, Refusal>> = Vec::with_capacity(replies.len());
         let first_reply = commands.len() - replies.len();
-        let mut appends = 0u64;
-        let mut appended_bytes = 0u64;
         for (i, command) in commands.drain(..).enumerate() {
-            let before = effects.len();
             let result = self.machine.apply_in_batch(command, &mut effects);
-            for effect in &effects[before..] {
-                if let Effect::PutRecord { bytes, .. } = effect {
-                    appends += 1;
-                    appended_bytes += bytes.len() as u64;
-                }
-            }
             if i >= first_reply {
                 results.push(result);
             }
         }
         self.commands = commands;
         self.machine.finish_batch(&mut effects);
-        self.metrics
-            .commands
-            .fetch_add(replies.len() as u64, Ordering::Relaxed);
+        // A batch the WAL cannot take ends the process (below), so counting now is exact.
+        self.metrics.count(replies.len() as u64, &effects);
 
         // A batch without effects changed nothing and needs no write.
         if !effects.is_empty() {
@@ -120,10 +110,6 @@ impl Writer {
             }
             self.metrics.observe_fsync(started.elapsed());
             self.metrics.batches.fetch_add(1, Ordering::Relaxed);
-            self.metrics.appends.fetch_add(appends, Ordering::Relaxed);
-            self.metrics
-                .appended_bytes
-                .fetch_add(appended_bytes, Ordering::Relaxed);
             self.registry.publish(&effects, seq);
             for (reply, result) in replies.into_iter().zip(results) {
                 let _ = reply.send(result.map_err(EngineError::Refused));

@@ -147,6 +147,7 @@ impl Wal {
     }
 
     /// Appends one record and returns once it is on disk.
+    #[cfg(test)]
     pub fn append(&mut self, seq: u64, payload: &[u8]) -> io::Result<()> {
         self.buffer.clear();
         self.buffer.reserve(HEADER + payload.len());
