@@ -17,6 +17,7 @@ import http.client
 import json
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -400,6 +401,7 @@ class ClusterLifecycle(unittest.TestCase):
         cls.voters = VoterProcesses(cls.work)
         cls.pods = None
         cls.steps = None
+        cls.passed = False
 
     @classmethod
     def tearDownClass(cls):
@@ -410,6 +412,11 @@ class ClusterLifecycle(unittest.TestCase):
         if cls.operator:
             cls.operator.kill()
             cls.operator.wait()
+        # The voters' data is ~400 MB a run: kept only when it can explain a failure.
+        if cls.passed:
+            shutil.rmtree(cls.work, ignore_errors=True)
+        else:
+            print(f"logs and data of the failed run: {cls.work}", file=sys.stderr)
 
     def install_operator(self):
         release = self.helm_operator.install(
@@ -733,6 +740,7 @@ class ClusterLifecycle(unittest.TestCase):
             self.assertEqual(status, 404, "a purged bucket is fenced")
             self.assertIn(b"error", body)
             self.assertEqual(request("GET", 0, "/orders/eu?offset=-1")[1], b"abc", "other buckets stay")
+        type(self).passed = True
 
 
 if __name__ == "__main__":

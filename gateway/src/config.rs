@@ -30,6 +30,10 @@ pub struct Config {
     pub access_keys_file: Option<std::path::PathBuf>,
     /// The nodes' `server.compat_bucket`: the bucket `/v1/stream/{name}` addresses.
     pub compat_bucket: String,
+    /// Forward requests with a bounded answer over one multiplexed link per node (see
+    /// `ursula_wire::link`) instead of one HTTP request per connection at a time. Nodes that
+    /// do not offer the link are sent HTTP.
+    pub upstream_link: bool,
 }
 
 impl Default for Config {
@@ -44,6 +48,7 @@ impl Default for Config {
             connect_timeout: Duration::from_secs(3),
             access_keys_file: None,
             compat_bucket: "default".into(),
+            upstream_link: true,
         }
     }
 }

@@ -9,6 +9,7 @@ pub mod access;
 pub mod config;
 pub mod follow;
 pub mod jwt;
+pub mod link;
 pub mod proxy;
 pub mod upstream;
 
@@ -119,10 +120,12 @@ async fn admin_route(
                 format!(
                     "# TYPE ursula_gateway_requests_total counter\nursula_gateway_requests_total {}\n\
                      # TYPE ursula_gateway_redirects_followed_total counter\nursula_gateway_redirects_followed_total {}\n\
-                     # TYPE ursula_gateway_refusals_total counter\nursula_gateway_refusals_total {}\n",
+                     # TYPE ursula_gateway_refusals_total counter\nursula_gateway_refusals_total {}\n\
+                     # TYPE ursula_gateway_link_requests_total counter\nursula_gateway_link_requests_total {}\n",
                     get(&m.requests),
                     get(&m.redirects_followed),
-                    get(&m.refusals)
+                    get(&m.refusals),
+                    get(&m.link_requests)
                 ),
             )
         }

@@ -20,6 +20,7 @@ use ursula_wire::{ErrorBody, ErrorToken, headers};
 use crate::access::{Access, bucket_of};
 use crate::config::Config;
 use crate::follow::{Decision, Follow, Limits, Observed};
+use crate::link::{self, Links};
 use crate::upstream::Upstreams;
 
 pub type Body = UnsyncBoxBody<Bytes, hyper::Error>;
@@ -35,10 +36,14 @@ pub struct Metrics {
     pub requests: AtomicU64,
     pub redirects_followed: AtomicU64,
     pub refusals: AtomicU64,
+    /// Requests answered over the gateway link rather than HTTP.
+    pub link_requests: AtomicU64,
 }
 
 pub struct Gateway {
     client: Client<HttpConnector, Full<Bytes>>,
+    /// `None` when `upstream_link` is off.
+    links: Option<Links>,
     access: Option<Access>,
     pub upstreams: Upstreams,
     config: Config,
@@ -135,10 +140,18 @@ impl Gateway {
         let client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(256)
             .build(connector);
+        let upstreams = Upstreams::new(&config.upstreams);
+        let links = config.upstream_link.then(|| {
+            Links::new(
+                (0..upstreams.len()).map(|i| upstreams.origin(i).as_str()),
+                config.connect_timeout,
+            )
+        });
         Self {
             client,
+            links,
             access,
-            upstreams: Upstreams::new(&config.upstreams),
+            upstreams,
             config,
             metrics: Metrics::default(),
         }
@@ -251,32 +264,13 @@ impl Gateway {
                     ));
                 }
             };
-            let uri = format!(
-                "{}{}",
-                self.upstreams.origin(index).as_str(),
-                path_and_query
-            );
-            let mut attempt = Request::builder()
-                .method(parts.method.clone())
-                .uri(uri)
-                .body(Full::new(body.clone()))
-                .map_err(|e| Refusal::new(ErrorToken::InvalidHeader, e.to_string(), true))?;
-            *attempt.headers_mut() = parts.headers.clone();
-            let answer = match self.client.request(attempt).await {
+            let answer = match self.attempt(index, &parts, &path_and_query, &body).await {
                 Ok(answer) => answer,
-                Err(error) if error.is_connect() => {
-                    tracing::debug!(%error, upstream = index, "cannot connect to upstream");
+                Err(Attempt::ConnectFailed) => {
                     decision = follow.observe(Observed::ConnectFailed, Instant::now());
                     continue;
                 }
-                Err(error) => {
-                    // The request may have reached the node: nothing is proven.
-                    return Err(Refusal::new(
-                        ErrorToken::Unavailable,
-                        format!("the node's answer was lost: {error}"),
-                        false,
-                    ));
-                }
+                Err(Attempt::Failed(refusal)) => return Err(refusal),
             };
             follow.delivered();
             let answer_headers = answer.headers();
@@ -303,6 +297,74 @@ impl Gateway {
                 self.upstreams.remember_leader(&path, follow.current());
             }
             return Ok(self.relay(answer, keep_marker, origin.as_deref()));
+        }
+    }
+
+    /// Sends one attempt to upstream `index`: over the gateway link when the answer is bounded
+    /// and the link can carry it, otherwise (or when the link did not send it) over HTTP.
+    async fn attempt(
+        &self,
+        index: usize,
+        parts: &http::request::Parts,
+        path_and_query: &str,
+        body: &Bytes,
+    ) -> Result<Response<Body>, Attempt> {
+        if let Some(links) = &self.links
+            && goes_on_link(parts, body)
+        {
+            let sent = links
+                .send(
+                    index,
+                    parts.method.clone(),
+                    path_and_query.to_owned(),
+                    parts.headers.clone(),
+                    body.clone(),
+                )
+                .await;
+            match sent {
+                Ok(answer) => {
+                    self.metrics.link_requests.fetch_add(1, Ordering::Relaxed);
+                    let mut response = Response::new(full(answer.body));
+                    *response.status_mut() = answer.status;
+                    *response.headers_mut() = answer.headers;
+                    return Ok(response);
+                }
+                Err(link::SendError::NotSent) => {}
+                Err(error @ link::SendError::Lost(_)) => {
+                    // The request may have reached the node: nothing is proven.
+                    return Err(Attempt::Failed(Refusal::new(
+                        ErrorToken::Unavailable,
+                        format!("the node's answer was lost: {error}"),
+                        false,
+                    )));
+                }
+            }
+        }
+        let uri = format!(
+            "{}{}",
+            self.upstreams.origin(index).as_str(),
+            path_and_query
+        );
+        let mut attempt = Request::builder()
+            .method(parts.method.clone())
+            .uri(uri)
+            .body(Full::new(body.clone()))
+            .map_err(|e| {
+                Attempt::Failed(Refusal::new(ErrorToken::InvalidHeader, e.to_string(), true))
+            })?;
+        *attempt.headers_mut() = parts.headers.clone();
+        match self.client.request(attempt).await {
+            Ok(answer) => Ok(answer.map(BodyExt::boxed_unsync)),
+            Err(error) if error.is_connect() => {
+                tracing::debug!(%error, upstream = index, "cannot connect to upstream");
+                Err(Attempt::ConnectFailed)
+            }
+            // The request may have reached the node: nothing is proven.
+            Err(error) => Err(Attempt::Failed(Refusal::new(
+                ErrorToken::Unavailable,
+                format!("the node's answer was lost: {error}"),
+                false,
+            ))),
         }
     }
 
@@ -345,7 +407,7 @@ impl Gateway {
     /// Passes an upstream's answer on, streaming its body (SSE and long-polls included).
     fn relay(
         &self,
-        answer: Response<Incoming>,
+        answer: Response<Body>,
         keep_marker: bool,
         origin: Option<&str>,
     ) -> Response<Body> {
@@ -369,8 +431,33 @@ impl Gateway {
         {
             parts.headers.insert(header::LOCATION, value);
         }
-        Response::from_parts(parts, body.boxed_unsync())
+        Response::from_parts(parts, body)
     }
+}
+
+/// How one attempt failed.
+enum Attempt {
+    /// The request did not reach the upstream.
+    ConnectFailed,
+    Failed(Refusal),
+}
+
+/// Bodies up to this size go on the link; a larger one would hold up the answers behind it.
+const LINK_MAX_BODY: usize = 1024 * 1024;
+
+/// Whether a request goes on the gateway link: its answer must be bounded, so a live read
+/// other than a long-poll (SSE, or a mode this gateway does not know) goes over HTTP.
+fn goes_on_link(parts: &http::request::Parts, body: &Bytes) -> bool {
+    if body.len() > LINK_MAX_BODY {
+        return false;
+    }
+    let live = parts.uri.query().and_then(|query| {
+        query
+            .split('&')
+            .find_map(|pair| pair.strip_prefix("live="))
+            .or_else(|| query.split('&').find(|pair| *pair == "live"))
+    });
+    matches!(live, None | Some("long-poll"))
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! The gateway in front of a real 3-voter cluster: `ursula-node` processes on loopback (the
 //! binary built next to this crate's, by the workspace build), the gateway in this process.
 //! Writes reach each stream's leader whichever voter the gateway tries first; a leader killed
-//! under load costs clients nothing but retryable 503s; every answer carries the vouch.
+//! under load costs clients nothing but retryable 503s; every answer carries the vouch; the
+//! gateway link answers every request as HTTP does.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -11,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use http::StatusCode;
-use support::{Http, gateway};
+use support::{Http, gateway, start_gateway};
 
 mod support;
 
@@ -364,4 +365,110 @@ async fn a_leader_killed_under_load_costs_only_retryable_503s() {
     let total: u64 = acked.iter().map(|(_, count, _)| count).sum();
     assert!(total > 20, "too little load: {acked:?}");
     voters.spawn(leader);
+}
+
+/// Everything a client sees of an answer but its date, with the stream's name written `{s}`
+/// and the gateway's address `{gateway}`.
+fn seen_by_client(
+    reply: &support::Reply,
+    stream: &str,
+    gateway: &str,
+) -> (u16, Vec<(String, String)>, String) {
+    let normalized = |text: &str| text.replace(stream, "{s}").replace(gateway, "{gateway}");
+    let mut headers: Vec<(String, String)> = reply
+        .headers
+        .iter()
+        .filter(|(name, _)| *name != "date")
+        .map(|(name, value)| {
+            let mut value = normalized(&String::from_utf8_lossy(value.as_bytes()));
+            // An ETag starts with the stream's incarnation, which differs between two streams.
+            if name == "etag"
+                && let Some((_, rest)) = value.split_once(':')
+            {
+                value = rest.to_owned();
+            }
+            (name.as_str().to_owned(), value)
+        })
+        .collect();
+    headers.sort();
+    let body = normalized(&String::from_utf8_lossy(&reply.body));
+    (reply.status.as_u16(), headers, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_link_answers_every_request_as_http_does() {
+    let voters = Voters::start();
+    let http = Http::new();
+    voters.wait_ready(&http).await;
+    let on_link = start_gateway(voters.upstreams(), |_| {}).await;
+    let on_http = start_gateway(voters.upstreams(), |config| config.upstream_link = false).await;
+    let bucket = "gw-link";
+    let created = http
+        .request("PUT", &format!("http://{}/{bucket}", on_link.addr), &[], "")
+        .await
+        .expect("bucket");
+    assert_eq!(created.status, StatusCode::CREATED);
+    let producer = |seq: &'static str| {
+        vec![
+            TEXT,
+            ("producer-id", "p1"),
+            ("producer-epoch", "0"),
+            ("producer-seq", seq),
+        ]
+    };
+    let json = ("content-type", "application/json");
+    // Method, what follows the stream's name, headers, body.
+    type Sent<'a> = (&'a str, &'a str, Vec<(&'a str, &'a str)>, &'a str);
+    let requests: Vec<Sent> = vec![
+        ("PUT", "", vec![TEXT], "a;"),
+        ("PUT", "", vec![TEXT], "a;"),
+        ("PUT", "", vec![json], "[]"),
+        ("POST", "", vec![TEXT], "b;"),
+        ("POST", "", producer("0"), "c;"),
+        ("POST", "", producer("0"), "c;"),
+        ("POST", "", producer("2"), "d;"),
+        ("POST", "", vec![json], "{}"),
+        ("POST", "", vec![TEXT], ""),
+        ("GET", "?offset=-1", vec![], ""),
+        ("GET", "?offset=-1&live=long-poll", vec![], ""),
+        ("GET", "?offset=nope", vec![], ""),
+        ("HEAD", "", vec![], ""),
+        ("OPTIONS", "", vec![("origin", "https://app.example")], ""),
+        ("POST", "-missing", vec![TEXT], "x"),
+        ("DELETE", "", vec![], ""),
+        ("GET", "?offset=-1", vec![], ""),
+    ];
+    for (method, suffix, headers, body) in &requests {
+        let mut seen = Vec::new();
+        for (gateway, stream) in [(&on_link, "via-link"), (&on_http, "via-http")] {
+            let path = if let Some(query) = suffix.strip_prefix('?') {
+                format!("/{bucket}/{stream}?{query}")
+            } else {
+                format!("/{bucket}/{stream}{suffix}")
+            };
+            let url = format!("http://{}{path}", gateway.addr);
+            let reply = http
+                .request(method, &url, headers, body)
+                .await
+                .expect("the gateway answers");
+            seen.push(seen_by_client(&reply, stream, &gateway.addr.to_string()));
+        }
+        assert_eq!(
+            seen[0], seen[1],
+            "{method} {suffix} {headers:?}: link, then HTTP"
+        );
+    }
+    let metrics = &on_link.gateway.metrics;
+    assert!(
+        metrics.link_requests.load(Ordering::Relaxed) >= requests.len() as u64,
+        "the link carried the requests"
+    );
+    assert_eq!(
+        on_http
+            .gateway
+            .metrics
+            .link_requests
+            .load(Ordering::Relaxed),
+        0
+    );
 }

@@ -60,7 +60,13 @@ fn leader_redirect(to: &str, marked: bool) -> Scripted {
     }
 }
 
-/// A scripted upstream: a programmable HTTP server standing in for a node.
+fn parts_are_link_upgrade(request: &Request<Incoming>) -> bool {
+    request.uri().path() == ursula_wire::link::PATH && request.headers().contains_key("upgrade")
+}
+
+/// A scripted upstream: a programmable HTTP server standing in for a node. It speaks HTTP
+/// only, like a node of a release before the gateway link: it refuses the link's upgrade with
+/// a 404 (not recorded in `seen`), and the gateway must send it everything over HTTP.
 struct ScriptedUpstream {
     url: String,
     seen: Arc<Mutex<Vec<Seen>>>,
@@ -85,6 +91,12 @@ impl ScriptedUpstream {
                         let script = script.clone();
                         let log = log.clone();
                         async move {
+                            if parts_are_link_upgrade(&request) {
+                                return Ok::<_, Infallible>(respond(Scripted {
+                                    status: 404,
+                                    ..Scripted::default()
+                                }));
+                            }
                             let (parts, body) = request.into_parts();
                             let body = body
                                 .collect()

@@ -1,9 +1,11 @@
 //! The wire contract shared by every Ursula process: header names, the stable error tokens that
-//! name each refusal, and the JSON error body. Node and gateway both depend on this crate and on
-//! nothing of each other, so a token can never be spelled two ways.
+//! name each refusal, the JSON error body, and the frames of the gateway link. Node and gateway
+//! both depend on this crate and on nothing of each other, so a token can never be spelled two
+//! ways.
 
 pub mod admin;
 pub mod headers;
+pub mod link;
 mod token;
 
 pub use token::ErrorToken;

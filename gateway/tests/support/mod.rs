@@ -75,3 +75,18 @@ pub async fn gateway(upstreams: Vec<String>, edit: impl FnOnce(&mut Config)) -> 
     edit(&mut config);
     ursula_gateway::start(config).await.expect("gateway").addr
 }
+
+/// Like `gateway`, returning the running gateway (its metrics, its admin address).
+pub async fn start_gateway(
+    upstreams: Vec<String>,
+    edit: impl FnOnce(&mut Config),
+) -> ursula_gateway::Running {
+    let mut config = Config {
+        listen: "127.0.0.1:0".parse().expect("address"),
+        admin_listen: "127.0.0.1:0".parse().expect("address"),
+        upstreams,
+        ..Config::default()
+    };
+    edit(&mut config);
+    ursula_gateway::start(config).await.expect("gateway")
+}

@@ -2,6 +2,7 @@
 
 pub mod error;
 mod handlers;
+mod link;
 pub mod marking;
 pub mod names;
 pub mod request;
@@ -12,6 +13,7 @@ mod sse;
 use std::convert::Infallible;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -88,6 +90,8 @@ pub(crate) fn not_hosted(not_hosted: crate::groups::NotHosted) -> ApiError {
 /// HTTP/2. Then waits for open connections to finish their requests, up to the grace.
 pub async fn serve(listener: TcpListener, app: Arc<App>, mut stopping: watch::Receiver<bool>) {
     let graceful = GracefulShutdown::new();
+    // Gateway links hold a clone until their last answer is written; shutdown waits for them.
+    let (link_alive, mut links_done) = tokio::sync::mpsc::channel::<()>(1);
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -103,9 +107,12 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, mut stopping: watch::Re
         };
         let _ = stream.set_nodelay(true);
         let app_for_service = app.clone();
-        let service = service_fn(move |request| handle(app_for_service.clone(), request));
+        let link_alive = link_alive.clone();
+        let service = service_fn(move |request| {
+            serve_request(app_for_service.clone(), request, link_alive.clone())
+        });
         let connection = auto::Builder::new(TokioExecutor::new())
-            .serve_connection(TokioIo::new(stream), service)
+            .serve_connection_with_upgrades(TokioIo::new(stream), service)
             .into_owned();
         let connection = graceful.watch(connection);
         tokio::spawn(async move {
@@ -115,11 +122,14 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, mut stopping: watch::Re
         });
     }
     drop(listener);
+    drop(link_alive);
     let grace = app.config.server.shutdown_grace;
-    if tokio::time::timeout(grace, graceful.shutdown())
-        .await
-        .is_err()
-    {
+    let connections_done = async {
+        graceful.shutdown().await;
+        // Each link ends at the stop (see `link`); `None` once the last one has.
+        links_done.recv().await;
+    };
+    if tokio::time::timeout(grace, connections_done).await.is_err() {
         tracing::warn!("connections still open after the shutdown grace");
     }
 }
@@ -131,10 +141,25 @@ pub async fn until_stopping(stopping: &mut watch::Receiver<bool>) {
     }
 }
 
-pub async fn handle(
+/// The client listener's service: a request for the gateway link is answered by `link`, any
+/// other by `handle`.
+async fn serve_request(
     app: Arc<App>,
     request: Request<Incoming>,
+    link_alive: tokio::sync::mpsc::Sender<()>,
 ) -> Result<Response<Body>, Infallible> {
+    if link::is_upgrade(&request) {
+        return Ok(link::accept(app, request, link_alive));
+    }
+    handle(app, request).await
+}
+
+/// Answers one request, whether it came over HTTP or the gateway link.
+pub async fn handle<B>(app: Arc<App>, request: Request<B>) -> Result<Response<Body>, Infallible>
+where
+    B: hyper::body::Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
     let cors = request.headers().contains_key(http::header::ORIGIN);
     let uri = request.uri().clone();
     let mut response = dispatch(&app, request).await.unwrap_or_else(|error| {
@@ -151,7 +176,11 @@ pub async fn handle(
     Ok(response)
 }
 
-async fn dispatch(app: &App, request: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+async fn dispatch<B>(app: &App, request: Request<B>) -> Result<Response<Body>, ApiError>
+where
+    B: hyper::body::Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
     if request.method() == Method::OPTIONS {
         return Ok(Reply::new(StatusCode::NO_CONTENT)
             .header("access-control-allow-origin", "*")
@@ -198,11 +227,15 @@ async fn dispatch(app: &App, request: Request<Incoming>) -> Result<Response<Body
 
 /// Writes pass admission, then their body is read within the in-flight budget, which they
 /// hold until their answer is ready.
-async fn write(
+async fn write<B>(
     app: &App,
-    request: Request<Incoming>,
+    request: Request<B>,
     target: Target,
-) -> Result<Response<Body>, ApiError> {
+) -> Result<Response<Body>, ApiError>
+where
+    B: hyper::body::Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
     let limit = match target {
         Target::Snapshot(..) => app.config.server.max_snapshot_size,
         _ => app.config.server.max_append_size,

@@ -4,7 +4,6 @@
 use bytes::Bytes;
 use http::HeaderMap;
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use serde_json::value::RawValue;
 use ursula_wire::{ErrorToken, headers};
 
@@ -188,12 +187,16 @@ pub fn content_length(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
 
 /// Reads a body of at most `limit` bytes (a longer one is a 413), holding its bytes in
 /// `permit` (a body of unknown length takes its share as it arrives).
-pub async fn body(
+pub async fn body<B>(
     headers: &HeaderMap,
-    mut body: Incoming,
+    mut body: B,
     limit: u64,
     permit: &mut BodyPermit,
-) -> Result<Bytes, ApiError> {
+) -> Result<Bytes, ApiError>
+where
+    B: hyper::body::Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
     let declared = content_length(headers)?;
     let mut parts: Vec<Bytes> = Vec::new();
     let mut total: u64 = 0;

@@ -4,7 +4,6 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, Request, Response, StatusCode};
-use hyper::body::Incoming;
 use tokio::time::Instant;
 use ursula_wire::{ErrorToken, headers};
 
@@ -19,9 +18,9 @@ use crate::http::sse;
 use crate::machine::{Refusal, StreamMeta, StreamPath};
 use crate::offset::{self, OffsetParam};
 
-pub async fn handle(
+pub async fn handle<B>(
     app: &App,
-    request: Request<Incoming>,
+    request: Request<B>,
     path: StreamPath,
 ) -> Result<Response<Body>, ApiError> {
     let query = request::read_query(request.uri().query())?;

@@ -1,0 +1,345 @@
+//! The gateway's end of the link (`ursula_wire::link`): one connection per upstream node,
+//! carrying every forwarded request that has a bounded answer. Requests that are ready go out
+//! with one system call, and answers that have arrived are read with one.
+//!
+//! A request the node cannot have seen (the link could not be opened, it was closing, the
+//! node's go-away excluded it) is `NotSent`, and the caller sends it over HTTP instead. One that
+//! was written but not answered is `Lost`: the node may have applied it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use http::{HeaderMap, Method};
+use parking_lot::Mutex;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::{mpsc, oneshot};
+use ursula_wire::link::{self, Frame};
+
+/// Requests written with one call at most.
+const REQUESTS_PER_WRITE: usize = 256;
+const READ_BUFFER: usize = 64 * 1024;
+/// The longest upgrade answer read before giving up on it.
+const MAX_UPGRADE_ANSWER: usize = 16 * 1024;
+/// How long an upstream that refused the link, or could not be reached, is sent HTTP only.
+const REFUSED_BACKOFF: Duration = Duration::from_secs(30);
+const UNREACHABLE_BACKOFF: Duration = Duration::from_secs(1);
+
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    #[error("the request was not sent on the link")]
+    NotSent,
+    #[error("the link closed before the node answered: {0}")]
+    Lost(String),
+}
+
+/// An answer from the node.
+pub type Answer = link::Answer;
+
+struct Outgoing {
+    method: Method,
+    target: String,
+    headers: HeaderMap,
+    body: Bytes,
+    reply: oneshot::Sender<Result<Answer, SendError>>,
+}
+
+/// The link to each upstream, opened when first needed and again after it closes.
+pub struct Links {
+    slots: Vec<Slot>,
+    connect_timeout: Duration,
+}
+
+struct Slot {
+    /// `host:port`.
+    address: String,
+    host: http::HeaderValue,
+    open: Mutex<Option<Arc<Connection>>>,
+    /// Held while opening, so that concurrent requests open one link, not one each.
+    opening: tokio::sync::Mutex<()>,
+    http_only_until: Mutex<Option<Instant>>,
+}
+
+impl Links {
+    /// `origins` are `http://host:port`, as `upstream::Origin` spells them.
+    pub fn new<'a>(origins: impl Iterator<Item = &'a str>, connect_timeout: Duration) -> Self {
+        let slots = origins
+            .map(|origin| origin.trim_start_matches("http://"))
+            .map(|address| Slot {
+                address: address.to_owned(),
+                host: http::HeaderValue::from_str(address)
+                    .unwrap_or(http::HeaderValue::from_static("localhost")),
+                open: Mutex::new(None),
+                opening: tokio::sync::Mutex::new(()),
+                http_only_until: Mutex::new(None),
+            })
+            .collect();
+        Self {
+            slots,
+            connect_timeout,
+        }
+    }
+
+    /// Sends a request to upstream `index` and waits for its answer.
+    pub async fn send(
+        &self,
+        index: usize,
+        method: Method,
+        target: String,
+        mut headers: HeaderMap,
+        body: Bytes,
+    ) -> Result<Answer, SendError> {
+        let slot = self.slots.get(index).ok_or(SendError::NotSent)?;
+        // As over HTTP, the node sees itself as the host: the URLs it answers with (a created
+        // stream's `Location`) name it, and the proxy rewrites them to the gateway's.
+        headers.insert(http::header::HOST, slot.host.clone());
+        let connection = self.connection(slot).await.ok_or(SendError::NotSent)?;
+        let (reply, answer) = oneshot::channel();
+        connection
+            .outgoing
+            .send(Outgoing {
+                method,
+                target,
+                headers,
+                body,
+                reply,
+            })
+            .map_err(|_| SendError::NotSent)?;
+        answer.await.unwrap_or(Err(SendError::NotSent))
+    }
+
+    async fn connection(&self, slot: &Slot) -> Option<Arc<Connection>> {
+        if let Some(open) = slot.usable() {
+            return Some(open);
+        }
+        if slot
+            .http_only_until
+            .lock()
+            .is_some_and(|until| Instant::now() < until)
+        {
+            return None;
+        }
+        let _opening = slot.opening.lock().await;
+        if let Some(open) = slot.usable() {
+            return Some(open);
+        }
+        match tokio::time::timeout(self.connect_timeout, open(&slot.address)).await {
+            Ok(Ok(connection)) => {
+                *slot.open.lock() = Some(connection.clone());
+                Some(connection)
+            }
+            Ok(Err(Refused::NotALink(answer))) => {
+                tracing::info!(upstream = %slot.address, %answer, "upstream does not offer the gateway link; using HTTP");
+                *slot.http_only_until.lock() = Some(Instant::now() + REFUSED_BACKOFF);
+                None
+            }
+            Ok(Err(Refused::Io(error))) => {
+                tracing::debug!(upstream = %slot.address, %error, "cannot open the gateway link");
+                *slot.http_only_until.lock() = Some(Instant::now() + UNREACHABLE_BACKOFF);
+                None
+            }
+            Err(_) => {
+                *slot.http_only_until.lock() = Some(Instant::now() + UNREACHABLE_BACKOFF);
+                None
+            }
+        }
+    }
+}
+
+impl Slot {
+    fn usable(&self) -> Option<Arc<Connection>> {
+        self.open
+            .lock()
+            .as_ref()
+            .filter(|c| c.state.usable.load(Ordering::Acquire))
+            .cloned()
+    }
+}
+
+enum Refused {
+    NotALink(String),
+    Io(std::io::Error),
+}
+
+impl From<std::io::Error> for Refused {
+    fn from(error: std::io::Error) -> Self {
+        Self::Io(error)
+    }
+}
+
+/// Connects and upgrades; frames the node sent right after its `101` are kept.
+async fn open(address: &str) -> Result<Arc<Connection>, Refused> {
+    let mut stream = TcpStream::connect(address).await?;
+    stream.set_nodelay(true)?;
+    let upgrade = format!(
+        "GET {} HTTP/1.1\r\nhost: {address}\r\nconnection: upgrade\r\nupgrade: {}\r\n\r\n",
+        link::PATH,
+        link::PROTOCOL
+    );
+    stream.write_all(upgrade.as_bytes()).await?;
+    let mut buffer = BytesMut::with_capacity(READ_BUFFER);
+    let head_end = loop {
+        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            break end + 4;
+        }
+        if buffer.len() > MAX_UPGRADE_ANSWER {
+            return Err(Refused::NotALink("an answer head too long".into()));
+        }
+        if stream.read_buf(&mut buffer).await? == 0 {
+            return Err(Refused::NotALink("the connection closed".into()));
+        }
+    };
+    let head = buffer.split_to(head_end);
+    let status_line = head[..]
+        .split(|b| *b == b'\r')
+        .next()
+        .map(|line| String::from_utf8_lossy(line).into_owned())
+        .unwrap_or_default();
+    if !status_line.starts_with("HTTP/1.1 101") {
+        return Err(Refused::NotALink(status_line));
+    }
+    let (reader, writer) = stream.into_split();
+    let (outgoing, queued) = mpsc::unbounded_channel();
+    let state = Arc::new(LinkState {
+        usable: AtomicBool::new(true),
+        pending: Mutex::new(Pending::default()),
+    });
+    tokio::spawn(write_requests(state.clone(), writer, queued));
+    tokio::spawn(read_answers(state.clone(), reader, buffer));
+    Ok(Arc::new(Connection { outgoing, state }))
+}
+
+/// The writer ends once the last `Connection` is dropped (the slot opened a new link).
+struct Connection {
+    outgoing: mpsc::UnboundedSender<Outgoing>,
+    state: Arc<LinkState>,
+}
+
+struct LinkState {
+    /// False once the link is closing: new requests go over a new link, or HTTP.
+    usable: AtomicBool,
+    pending: Mutex<Pending>,
+}
+
+#[derive(Default)]
+struct Pending {
+    next_id: u64,
+    /// Requests written and not answered yet.
+    waiting: HashMap<u64, oneshot::Sender<Result<Answer, SendError>>>,
+    /// Set by a go-away: requests after it are not answered, so none may be written.
+    closed: bool,
+}
+
+impl LinkState {
+    /// Every request still waiting gets `error`; none is written from now on.
+    fn close(&self, error: impl Fn() -> SendError) {
+        self.usable.store(false, Ordering::Release);
+        let mut pending = self.pending.lock();
+        pending.closed = true;
+        for (_, reply) in pending.waiting.drain() {
+            let _ = reply.send(Err(error()));
+        }
+    }
+}
+
+async fn write_requests(
+    link: Arc<LinkState>,
+    mut writer: OwnedWriteHalf,
+    mut queued: mpsc::UnboundedReceiver<Outgoing>,
+) {
+    let mut batch = Vec::with_capacity(REQUESTS_PER_WRITE);
+    let mut out = BytesMut::with_capacity(READ_BUFFER);
+    while queued.recv_many(&mut batch, REQUESTS_PER_WRITE).await > 0 {
+        {
+            let mut pending = link.pending.lock();
+            for request in batch.drain(..) {
+                if pending.closed {
+                    let _ = request.reply.send(Err(SendError::NotSent));
+                    continue;
+                }
+                let id = pending.next_id + 1;
+                let encoded = link::encode_request(
+                    &mut out,
+                    id,
+                    &request.method,
+                    &request.target,
+                    &request.headers,
+                    &request.body,
+                );
+                match encoded {
+                    Ok(()) => {
+                        pending.next_id = id;
+                        pending.waiting.insert(id, request.reply);
+                    }
+                    // HTTP carries what a frame cannot (a target over 64 KiB, say).
+                    Err(_) => {
+                        let _ = request.reply.send(Err(SendError::NotSent));
+                    }
+                }
+            }
+        }
+        if out.is_empty() {
+            continue;
+        }
+        if let Err(error) = writer.write_all(&out).await {
+            link.close(|| SendError::Lost(format!("write failed: {error}")));
+            break;
+        }
+        out.clear();
+        if out.capacity() > 16 * READ_BUFFER {
+            out = BytesMut::with_capacity(READ_BUFFER);
+        }
+    }
+    // What is still queued was never written.
+    link.close(|| SendError::Lost("the link closed".into()));
+    queued.close();
+    while let Ok(request) = queued.try_recv() {
+        let _ = request.reply.send(Err(SendError::NotSent));
+    }
+}
+
+async fn read_answers(link: Arc<LinkState>, mut reader: OwnedReadHalf, mut buffer: BytesMut) {
+    let reason = loop {
+        match link::decode(&mut buffer) {
+            Ok(Some(Frame::Answer(answer))) => {
+                let waiting = link.pending.lock().waiting.remove(&answer.id);
+                if let Some(reply) = waiting {
+                    let _ = reply.send(Ok(answer));
+                }
+                continue;
+            }
+            Ok(Some(Frame::GoAway { last })) => {
+                link.usable.store(false, Ordering::Release);
+                let mut pending = link.pending.lock();
+                pending.closed = true;
+                let unread: Vec<u64> = pending
+                    .waiting
+                    .keys()
+                    .copied()
+                    .filter(|id| *id > last)
+                    .collect();
+                for id in unread {
+                    if let Some(reply) = pending.waiting.remove(&id) {
+                        let _ = reply.send(Err(SendError::NotSent));
+                    }
+                }
+                continue;
+            }
+            Ok(Some(Frame::Request(_))) => break "the node sent a request frame".to_owned(),
+            Ok(None) => {}
+            Err(error) => break error.to_string(),
+        }
+        buffer.reserve(link::wanted(&buffer).max(READ_BUFFER));
+        match reader.read_buf(&mut buffer).await {
+            Ok(0) => break "the node closed the link".to_owned(),
+            Ok(_) => {}
+            Err(error) => break format!("read failed: {error}"),
+        }
+    };
+    tracing::debug!(%reason, "gateway link closed");
+    link.close(|| SendError::Lost(reason.clone()));
+}
