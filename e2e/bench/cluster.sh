@@ -4,7 +4,12 @@
 # Streams are spread over 16 buckets, so over the cluster's Raft groups; the load generator
 # starts at voter 1 and follows 307s to each stream's leader, as a client does.
 #
-# Usage: e2e/bench/cluster.sh [--rounds N] [--duration 10s] [--writers 32]
+# Usage: e2e/bench/cluster.sh [--rounds N] [--duration 10s] [--writers 32] [--voter-workers 1]
+#   --voter-workers  each voter's tokio worker threads (`runtime.worker_threads`). Three voters
+#                    share this machine's cores; with one worker each, as pods limited to one
+#                    CPU would get (tokio sizes its pool from the CPU quota), a voter's tasks
+#                    hand work to each other on one thread instead of waking a second one.
+#                    0 = tokio's default (one per core).
 # Prints one JSON line per measurement, then medians, the cluster/single ratio, and fsyncs per
 # append (log commits of all voters over appends).
 set -euo pipefail
@@ -13,11 +18,13 @@ cd "$root"
 rounds=3
 duration=10s
 writers=32
+voter_workers=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds="$2"; shift 2 ;;
     --duration) duration="$2"; shift 2 ;;
     --writers) writers="$2"; shift 2 ;;
+    --voter-workers) voter_workers="$2"; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -40,13 +47,15 @@ trap cleanup EXIT
 pids+=($!); single_pid=$!
 peers=""
 voter_pids=""
+runtime=""
+[ "$voter_workers" -gt 0 ] && runtime="[runtime]\nworker_threads = $voter_workers\n"
 for id in 1 2 3; do
   p=$((4740 + 10 * id))
   peers+="[[raft.peers]]\nid = $id\ncluster_url = \"http://127.0.0.1:$((p + 2))\"\nclient_url = \"http://127.0.0.1:$p\"\n"
 done
 for id in 1 2 3; do
   p=$((4740 + 10 * id))
-  printf "node_id = $id\ndata_dir = \"$work/voter-$id\"\n[server]\nlisten = \"127.0.0.1:$p\"\nadmin_listen = \"127.0.0.1:$((p + 1))\"\ncluster_listen = \"127.0.0.1:$((p + 2))\"\n[raft]\ngroup_count = 16\n$peers" \
+  printf "node_id = $id\ndata_dir = \"$work/voter-$id\"\n[server]\nlisten = \"127.0.0.1:$p\"\nadmin_listen = \"127.0.0.1:$((p + 1))\"\ncluster_listen = \"127.0.0.1:$((p + 2))\"\n$runtime[raft]\ngroup_count = 16\n$peers" \
     >"$work/voter-$id.toml"
   "$node" --config "$work/voter-$id.toml" 2>"$work/voter-$id.log" &
   pids+=($!); voter_pids+="${voter_pids:+,}$!"

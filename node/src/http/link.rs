@@ -5,6 +5,8 @@
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
+use futures_util::FutureExt;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use http::header::{CONNECTION, UPGRADE};
 use http::response::Parts;
 use http::{Method, Request, Response, StatusCode};
@@ -13,7 +15,6 @@ use hyper::body::Incoming;
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::io::{ReadHalf, WriteHalf};
 use tokio::sync::mpsc;
 use ursula_wire::ErrorToken;
 use ursula_wire::link::{self, Frame};
@@ -23,8 +24,6 @@ use super::request::{self, Live};
 use super::response::{Body, Reply};
 use super::{App, handle, until_stopping};
 
-/// Answers written with one call at most; more wait for the next.
-const ANSWERS_PER_WRITE: usize = 256;
 /// The read buffer's size between frames; a larger frame grows it for as long as it takes.
 const READ_BUFFER: usize = 64 * 1024;
 
@@ -56,8 +55,7 @@ pub fn accept(
             }
         };
         // Bytes hyper read past the upgrade request are the upgraded stream's first.
-        let (reader, writer) = tokio::io::split(TokioIo::new(upgraded));
-        serve(app, reader, writer, BytesMut::with_capacity(READ_BUFFER)).await;
+        serve(app, TokioIo::new(upgraded)).await;
     });
     Reply::new(StatusCode::SWITCHING_PROTOCOLS)
         .header("connection", "upgrade")
@@ -65,104 +63,100 @@ pub fn accept(
         .build()
 }
 
-/// What the writer sends: an answer, or the go-away that ends the link.
-enum Out {
-    Answer { id: u64, head: Parts, body: Bytes },
-    GoAway { last: u64 },
+/// An answer ready to be written.
+struct Finished {
+    id: u64,
+    head: Parts,
+    body: Bytes,
 }
 
 /// Reads requests until the gateway closes the link, it breaks the framing, or the node
 /// stops; then the answers of requests already read are still written.
-async fn serve(
-    app: Arc<App>,
-    mut reader: ReadHalf<TokioIo<Upgraded>>,
-    writer: WriteHalf<TokioIo<Upgraded>>,
-    mut buffer: BytesMut,
-) {
-    let (answers, finished) = mpsc::unbounded_channel();
-    let writing = tokio::spawn(write_answers(writer, finished));
+///
+/// One task does it all: it reads every frame that has arrived, starts each request's
+/// handler, and writes every answer that is ready with one call. Handlers finish on the
+/// storage threads' wake-ups; nothing is handed between tasks, so a burst of requests costs
+/// one wake-up of this task, not one per request.
+async fn serve(app: Arc<App>, mut io: TokioIo<Upgraded>) {
+    let mut buffer = BytesMut::with_capacity(READ_BUFFER);
+    let mut out = BytesMut::with_capacity(READ_BUFFER);
+    let mut in_flight = FuturesUnordered::new();
     let mut stopping = app.stopping.clone();
     let mut last = 0;
-    'reading: loop {
-        loop {
+    let mut reading = true;
+    loop {
+        while reading {
             match link::decode(&mut buffer) {
                 Ok(Some(Frame::Request(frame))) => {
                     last = frame.id;
-                    tokio::spawn(answer(app.clone(), frame, answers.clone()));
+                    in_flight.push(answer(app.clone(), frame));
                 }
                 Ok(None) => break,
                 Ok(Some(Frame::Answer(_) | Frame::GoAway { .. })) => {
                     tracing::warn!("the gateway sent a frame only nodes send; link closed");
-                    break 'reading;
+                    reading = false;
                 }
                 Err(error) => {
                     tracing::warn!(%error, "gateway link closed");
-                    break 'reading;
+                    reading = false;
                 }
             }
         }
-        buffer.reserve(link::wanted(&buffer).max(READ_BUFFER));
-        let read = tokio::select! {
-            read = reader.read_buf(&mut buffer) => read,
-            () = until_stopping(&mut stopping) => {
-                // Requests after `last` are left unread: the gateway may send them elsewhere.
-                let _ = answers.send(Out::GoAway { last });
-                break;
+        // Starts the new handlers, and takes every answer that is ready.
+        while let Some(Some(done)) = in_flight.next().now_or_never() {
+            encode(&mut out, done);
+        }
+        if !out.is_empty() {
+            if let Err(error) = io.write_all(&out).await {
+                tracing::debug!(%error, "gateway link write failed");
+                return;
             }
-        };
-        match read {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(error) => {
-                tracing::debug!(%error, "gateway link read failed");
-                break;
+            out.clear();
+            if out.capacity() > 16 * READ_BUFFER {
+                out = BytesMut::with_capacity(READ_BUFFER);
+            }
+        }
+        if !reading && in_flight.is_empty() {
+            break;
+        }
+        buffer.reserve(link::wanted(&buffer).max(READ_BUFFER));
+        tokio::select! {
+            read = io.read_buf(&mut buffer), if reading => match read {
+                Ok(0) => reading = false,
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::debug!(%error, "gateway link read failed");
+                    reading = false;
+                }
+            },
+            Some(done) = in_flight.next(), if !in_flight.is_empty() => encode(&mut out, done),
+            () = until_stopping(&mut stopping), if reading => {
+                // Requests after `last` are left unread: the gateway may send them elsewhere.
+                link::encode_go_away(&mut out, last);
+                reading = false;
             }
         }
     }
-    drop(answers);
-    let _ = writing.await;
+    let _ = io.shutdown().await;
 }
 
-async fn write_answers(
-    mut writer: WriteHalf<TokioIo<Upgraded>>,
-    mut finished: mpsc::UnboundedReceiver<Out>,
-) {
-    let mut batch = Vec::with_capacity(ANSWERS_PER_WRITE);
-    let mut out = BytesMut::with_capacity(READ_BUFFER);
-    while finished.recv_many(&mut batch, ANSWERS_PER_WRITE).await > 0 {
-        for done in batch.drain(..) {
-            let (id, head, body) = match done {
-                Out::Answer { id, head, body } => (id, head, body),
-                Out::GoAway { last } => {
-                    link::encode_go_away(&mut out, last);
-                    continue;
-                }
-            };
-            if let Err(error) = link::encode_answer(&mut out, id, head.status, &head.headers, &body)
-            {
-                let refusal = ApiError::new(
-                    ErrorToken::Internal,
-                    format!("the answer cannot be sent on the gateway link: {error}"),
-                )
-                .after_proposal();
-                let (head, body) = collected(refusal.into_response()).await;
-                // An error body of our own always fits.
-                let _ = link::encode_answer(&mut out, id, head.status, &head.headers, &body);
-            }
-        }
-        if let Err(error) = writer.write_all(&out).await {
-            tracing::debug!(%error, "gateway link write failed");
-            return;
-        }
-        out.clear();
-        if out.capacity() > 16 * READ_BUFFER {
-            out = BytesMut::with_capacity(READ_BUFFER);
-        }
+fn encode(out: &mut BytesMut, done: Finished) {
+    let Finished { id, head, body } = done;
+    if let Err(error) = link::encode_answer(out, id, head.status, &head.headers, &body) {
+        let message = format!("the answer cannot be sent on the gateway link: {error}");
+        let mut headers = http::HeaderMap::new();
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/json"),
+        );
+        let body = ursula_wire::ErrorBody::new(ErrorToken::Internal, message).to_json();
+        // An error body of our own always fits.
+        let _ = link::encode_answer(out, id, StatusCode::INTERNAL_SERVER_ERROR, &headers, &body);
     }
 }
 
 /// Handles one request as `http::handle` does for HTTP.
-async fn answer(app: Arc<App>, frame: link::Request, answers: mpsc::UnboundedSender<Out>) {
+async fn answer(app: Arc<App>, frame: link::Request) -> Finished {
     let id = frame.id;
     let response = match into_request(frame) {
         Ok(request) => match handle(app, request).await {
@@ -172,7 +166,7 @@ async fn answer(app: Arc<App>, frame: link::Request, answers: mpsc::UnboundedSen
         Err(refusal) => refusal.into_response(),
     };
     let (head, body) = collected(response).await;
-    let _ = answers.send(Out::Answer { id, head, body });
+    Finished { id, head, body }
 }
 
 fn into_request(frame: link::Request) -> Result<Request<Full<Bytes>>, ApiError> {
