@@ -16,7 +16,6 @@ use http::{HeaderMap, Method};
 use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, oneshot};
 use ursula_wire::link::{self, Frame};
 
@@ -202,18 +201,15 @@ async fn open(address: &str) -> Result<Arc<Connection>, Refused> {
     if !status_line.starts_with("HTTP/1.1 101") {
         return Err(Refused::NotALink(status_line));
     }
-    let (reader, writer) = stream.into_split();
     let (outgoing, queued) = mpsc::unbounded_channel();
     let state = Arc::new(LinkState {
         usable: AtomicBool::new(true),
         pending: Mutex::new(Pending::default()),
     });
-    tokio::spawn(write_requests(state.clone(), writer, queued));
-    tokio::spawn(read_answers(state.clone(), reader, buffer));
+    tokio::spawn(drive(state.clone(), stream, queued, buffer));
     Ok(Arc::new(Connection { outgoing, state }))
 }
 
-/// The writer ends once the last `Connection` is dropped (the slot opened a new link).
 struct Connection {
     outgoing: mpsc::UnboundedSender<Outgoing>,
     state: Arc<LinkState>,
@@ -246,71 +242,99 @@ impl LinkState {
     }
 }
 
-async fn write_requests(
+/// The link's one task: writes every queued request with one call, and hands each answer
+/// that arrives to its request. Ends when the node closes the link, or once every
+/// `Connection` is gone (the slot opened a new link) and no answer is awaited.
+async fn drive(
     link: Arc<LinkState>,
-    mut writer: OwnedWriteHalf,
+    mut stream: TcpStream,
     mut queued: mpsc::UnboundedReceiver<Outgoing>,
+    mut buffer: BytesMut,
 ) {
     let mut batch = Vec::with_capacity(REQUESTS_PER_WRITE);
     let mut out = BytesMut::with_capacity(READ_BUFFER);
-    while queued.recv_many(&mut batch, REQUESTS_PER_WRITE).await > 0 {
-        {
-            let mut pending = link.pending.lock();
-            for request in batch.drain(..) {
-                if pending.closed {
-                    let _ = request.reply.send(Err(SendError::NotSent));
+    let mut accepting = true;
+    let reason = loop {
+        if let Err(reason) = take_answers(&link, &mut buffer) {
+            break reason;
+        }
+        if !accepting && link.pending.lock().waiting.is_empty() {
+            break "no longer used".to_owned();
+        }
+        buffer.reserve(link::wanted(&buffer).max(READ_BUFFER));
+        tokio::select! {
+            read = stream.read_buf(&mut buffer) => match read {
+                Ok(0) => break "the node closed the link".to_owned(),
+                Ok(_) => {}
+                Err(error) => break format!("read failed: {error}"),
+            },
+            taken = queued.recv_many(&mut batch, REQUESTS_PER_WRITE), if accepting => {
+                if taken == 0 {
+                    accepting = false;
                     continue;
                 }
-                let id = pending.next_id + 1;
-                let encoded = link::encode_request(
-                    &mut out,
-                    id,
-                    &request.method,
-                    &request.target,
-                    &request.headers,
-                    &request.body,
-                );
-                match encoded {
-                    Ok(()) => {
-                        pending.next_id = id;
-                        pending.waiting.insert(id, request.reply);
-                    }
-                    // HTTP carries what a frame cannot (a target over 64 KiB, say).
-                    Err(_) => {
-                        let _ = request.reply.send(Err(SendError::NotSent));
-                    }
+                encode_requests(&link, &mut batch, &mut out);
+                if out.is_empty() {
+                    continue;
+                }
+                if let Err(error) = stream.write_all(&out).await {
+                    break format!("write failed: {error}");
+                }
+                out.clear();
+                if out.capacity() > 16 * READ_BUFFER {
+                    out = BytesMut::with_capacity(READ_BUFFER);
                 }
             }
         }
-        if out.is_empty() {
-            continue;
-        }
-        if let Err(error) = writer.write_all(&out).await {
-            link.close(|| SendError::Lost(format!("write failed: {error}")));
-            break;
-        }
-        out.clear();
-        if out.capacity() > 16 * READ_BUFFER {
-            out = BytesMut::with_capacity(READ_BUFFER);
-        }
-    }
+    };
+    tracing::debug!(%reason, "gateway link closed");
+    link.close(|| SendError::Lost(reason.clone()));
     // What is still queued was never written.
-    link.close(|| SendError::Lost("the link closed".into()));
     queued.close();
     while let Ok(request) = queued.try_recv() {
         let _ = request.reply.send(Err(SendError::NotSent));
     }
 }
 
-async fn read_answers(link: Arc<LinkState>, mut reader: OwnedReadHalf, mut buffer: BytesMut) {
-    let reason = loop {
-        match link::decode(&mut buffer) {
+/// Encodes the batch into `out`, giving each request the next ID.
+fn encode_requests(link: &LinkState, batch: &mut Vec<Outgoing>, out: &mut BytesMut) {
+    let mut pending = link.pending.lock();
+    for request in batch.drain(..) {
+        if pending.closed {
+            let _ = request.reply.send(Err(SendError::NotSent));
+            continue;
+        }
+        let id = pending.next_id + 1;
+        let encoded = link::encode_request(
+            out,
+            id,
+            &request.method,
+            &request.target,
+            &request.headers,
+            &request.body,
+        );
+        match encoded {
+            Ok(()) => {
+                pending.next_id = id;
+                pending.waiting.insert(id, request.reply);
+            }
+            // HTTP carries what a frame cannot (a target over 64 KiB, say).
+            Err(_) => {
+                let _ = request.reply.send(Err(SendError::NotSent));
+            }
+        }
+    }
+}
+
+/// Hands every whole answer in `buffer` to its request; an error ends the link.
+fn take_answers(link: &LinkState, buffer: &mut BytesMut) -> Result<(), String> {
+    loop {
+        match link::decode(buffer) {
             Ok(Some(Frame::Answer(answer))) => {
                 let waiting = link.pending.lock().waiting.remove(&answer.id);
                 if let Some(reply) = waiting {
                     let _ = reply.send(Ok(answer));
                 }
-                continue;
             }
             Ok(Some(Frame::GoAway { last })) => {
                 link.usable.store(false, Ordering::Release);
@@ -327,19 +351,10 @@ async fn read_answers(link: Arc<LinkState>, mut reader: OwnedReadHalf, mut buffe
                         let _ = reply.send(Err(SendError::NotSent));
                     }
                 }
-                continue;
             }
-            Ok(Some(Frame::Request(_))) => break "the node sent a request frame".to_owned(),
-            Ok(None) => {}
-            Err(error) => break error.to_string(),
+            Ok(Some(Frame::Request(_))) => return Err("the node sent a request frame".to_owned()),
+            Ok(None) => return Ok(()),
+            Err(error) => return Err(error.to_string()),
         }
-        buffer.reserve(link::wanted(&buffer).max(READ_BUFFER));
-        match reader.read_buf(&mut buffer).await {
-            Ok(0) => break "the node closed the link".to_owned(),
-            Ok(_) => {}
-            Err(error) => break format!("read failed: {error}"),
-        }
-    };
-    tracing::debug!(%reason, "gateway link closed");
-    link.close(|| SendError::Lost(reason.clone()));
+    }
 }
