@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use http::{HeaderMap, Method};
 use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -27,6 +27,8 @@ const MAX_UPGRADE_ANSWER: usize = 16 * 1024;
 /// How long an upstream that refused the link, or could not be reached, is sent HTTP only.
 const REFUSED_BACKOFF: Duration = Duration::from_secs(30);
 const UNREACHABLE_BACKOFF: Duration = Duration::from_secs(1);
+/// How long a node may leave the link's bytes unacknowledged, or its idle probes unanswered.
+const DEAD_PEER: Duration = Duration::from_secs(20);
 
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {
@@ -108,23 +110,30 @@ impl Links {
                 reply,
             })
             .map_err(|_| SendError::NotSent)?;
-        answer.await.unwrap_or(Err(SendError::NotSent))
+        // Every request that was not written is answered `NotSent` explicitly; a reply dropped
+        // unanswered proves nothing.
+        answer
+            .await
+            .unwrap_or_else(|_| Err(SendError::Lost("the gateway link went away".into())))
     }
 
     async fn connection(&self, slot: &Slot) -> Option<Arc<Connection>> {
         if let Some(open) = slot.usable() {
             return Some(open);
         }
-        if slot
-            .http_only_until
-            .lock()
-            .is_some_and(|until| Instant::now() < until)
-        {
+        if slot.http_only() {
             return None;
         }
-        let _opening = slot.opening.lock().await;
+        // One request opens the link; the others go over HTTP meanwhile rather than wait.
+        let Ok(_opening) = slot.opening.try_lock() else {
+            return None;
+        };
+        // The last opener may have just finished, or just failed.
         if let Some(open) = slot.usable() {
             return Some(open);
+        }
+        if slot.http_only() {
+            return None;
         }
         match tokio::time::timeout(self.connect_timeout, open(&slot.address)).await {
             Ok(Ok(connection)) => {
@@ -150,6 +159,14 @@ impl Links {
 }
 
 impl Slot {
+    /// Whether the upstream is sent HTTP only for now (it refused the link, or a try to open
+    /// one failed a moment ago).
+    fn http_only(&self) -> bool {
+        self.http_only_until
+            .lock()
+            .is_some_and(|until| Instant::now() < until)
+    }
+
     fn usable(&self) -> Option<Arc<Connection>> {
         self.open
             .lock()
@@ -174,6 +191,17 @@ impl From<std::io::Error> for Refused {
 async fn open(address: &str) -> Result<Arc<Connection>, Refused> {
     let mut stream = TcpStream::connect(address).await?;
     stream.set_nodelay(true)?;
+    // A node whose host dies without a word must not hold the link's requests forever: data
+    // unacknowledged for `DEAD_PEER` fails the link, and so does an idle link whose probes
+    // go unanswered.
+    let socket = socket2::SockRef::from(&stream);
+    socket.set_tcp_user_timeout(Some(DEAD_PEER))?;
+    socket.set_tcp_keepalive(
+        &socket2::TcpKeepalive::new()
+            .with_time(DEAD_PEER / 2)
+            .with_interval(DEAD_PEER / 10)
+            .with_retries(5),
+    )?;
     let upgrade = format!(
         "GET {} HTTP/1.1\r\nhost: {address}\r\nconnection: upgrade\r\nupgrade: {}\r\n\r\n",
         link::PATH,
@@ -242,49 +270,59 @@ impl LinkState {
     }
 }
 
-/// The link's one task: writes every queued request with one call, and hands each answer
-/// that arrives to its request. Ends when the node closes the link, or once every
-/// `Connection` is gone (the slot opened a new link) and no answer is awaited.
+/// The link's one task: writes the queued requests as they come (every request that is
+/// ready in one call), and hands each answer that arrives to its request. Reading goes on
+/// while requests are written, so that neither side can wait for the other with both
+/// directions full. Ends when the node closes the link, or once every `Connection` is gone
+/// (the slot opened a new link) and no answer is awaited.
 async fn drive(
     link: Arc<LinkState>,
     mut stream: TcpStream,
     mut queued: mpsc::UnboundedReceiver<Outgoing>,
     mut buffer: BytesMut,
 ) {
+    // However this task ends (a panic included), no request is left waiting.
+    let _closing = CloseOnDrop(link.clone());
+    let (mut reader, mut writer) = stream.split();
     let mut batch = Vec::with_capacity(REQUESTS_PER_WRITE);
     let mut out = BytesMut::with_capacity(READ_BUFFER);
     let mut accepting = true;
+    let mut writing = true;
     let reason = loop {
-        if let Err(reason) = take_answers(&link, &mut buffer) {
-            break reason;
+        match take_answers(&link, &mut buffer) {
+            Err(reason) => break reason,
+            Ok(Taken::GoAway) if writing => {
+                // The node reads nothing more: what is not written yet never will be (the
+                // requests were answered `NotSent`), and ending our side lets it close.
+                out.clear();
+                writing = false;
+                let _ = writer.shutdown().await;
+            }
+            Ok(_) => {}
         }
-        if !accepting && link.pending.lock().waiting.is_empty() {
+        if !accepting && out.is_empty() && link.pending.lock().waiting.is_empty() {
             break "no longer used".to_owned();
         }
-        buffer.reserve(link::wanted(&buffer).max(READ_BUFFER));
-        tokio::select! {
-            read = stream.read_buf(&mut buffer) => match read {
-                Ok(0) => break "the node closed the link".to_owned(),
-                Ok(_) => {}
-                Err(error) => break format!("read failed: {error}"),
-            },
-            taken = queued.recv_many(&mut batch, REQUESTS_PER_WRITE), if accepting => {
-                if taken == 0 {
-                    accepting = false;
-                    continue;
-                }
-                encode_requests(&link, &mut batch, &mut out);
-                if out.is_empty() {
-                    continue;
-                }
-                if let Err(error) = stream.write_all(&out).await {
-                    break format!("write failed: {error}");
-                }
-                out.clear();
-                if out.capacity() > 16 * READ_BUFFER {
+        // In steps: a frame's claimed length is not memory to set aside before it comes.
+        buffer.reserve(link::wanted(&buffer).clamp(READ_BUFFER, 16 * READ_BUFFER));
+        let event = tokio::select! {
+            read = reader.read_buf(&mut buffer) => Event::Read(read),
+            written = writer.write(&out), if writing && !out.is_empty() => Event::Written(written),
+            taken = queued.recv_many(&mut batch, REQUESTS_PER_WRITE), if accepting => Event::Queued(taken),
+        };
+        match event {
+            Event::Read(Ok(0)) => break "the node closed the link".to_owned(),
+            Event::Read(Ok(_)) => {}
+            Event::Read(Err(error)) => break format!("read failed: {error}"),
+            Event::Written(Ok(written)) if written > 0 => {
+                out.advance(written);
+                if out.is_empty() && out.capacity() > 16 * READ_BUFFER {
                     out = BytesMut::with_capacity(READ_BUFFER);
                 }
             }
+            Event::Written(result) => break format!("write failed: {result:?}"),
+            Event::Queued(0) => accepting = false,
+            Event::Queued(_) => encode_requests(&link, &mut batch, &mut out),
         }
     };
     tracing::debug!(%reason, "gateway link closed");
@@ -293,6 +331,21 @@ async fn drive(
     queued.close();
     while let Ok(request) = queued.try_recv() {
         let _ = request.reply.send(Err(SendError::NotSent));
+    }
+}
+
+enum Event {
+    Read(std::io::Result<usize>),
+    Written(std::io::Result<usize>),
+    Queued(usize),
+}
+
+struct CloseOnDrop(Arc<LinkState>);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0
+            .close(|| SendError::Lost("the gateway link's task ended".into()));
     }
 }
 
@@ -326,8 +379,14 @@ fn encode_requests(link: &LinkState, batch: &mut Vec<Outgoing>, out: &mut BytesM
     }
 }
 
+enum Taken {
+    Answers,
+    GoAway,
+}
+
 /// Hands every whole answer in `buffer` to its request; an error ends the link.
-fn take_answers(link: &LinkState, buffer: &mut BytesMut) -> Result<(), String> {
+fn take_answers(link: &LinkState, buffer: &mut BytesMut) -> Result<Taken, String> {
+    let mut taken = Taken::Answers;
     loop {
         match link::decode(buffer) {
             Ok(Some(Frame::Answer(answer))) => {
@@ -351,9 +410,10 @@ fn take_answers(link: &LinkState, buffer: &mut BytesMut) -> Result<(), String> {
                         let _ = reply.send(Err(SendError::NotSent));
                     }
                 }
+                taken = Taken::GoAway;
             }
             Ok(Some(Frame::Request(_))) => return Err("the node sent a request frame".to_owned()),
-            Ok(None) => return Ok(()),
+            Ok(None) => return Ok(taken),
             Err(error) => return Err(error.to_string()),
         }
     }

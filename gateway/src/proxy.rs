@@ -451,18 +451,65 @@ fn goes_on_link(parts: &http::request::Parts, body: &Bytes) -> bool {
     if body.len() > LINK_MAX_BODY {
         return false;
     }
-    let live = parts.uri.query().and_then(|query| {
+    // Every `live` parameter is looked at: the node goes by the last one.
+    parts.uri.query().is_none_or(|query| {
         query
             .split('&')
-            .find_map(|pair| pair.strip_prefix("live="))
-            .or_else(|| query.split('&').find(|pair| *pair == "live"))
-    });
-    matches!(live, None | Some("long-poll"))
+            .filter(|pair| *pair == "live" || pair.starts_with("live="))
+            .all(|pair| pair == "live=long-poll")
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_requests_with_a_bounded_answer_go_on_the_link() {
+        let parts = |method: Method, uri: &str| {
+            Request::builder()
+                .method(method)
+                .uri(uri)
+                .body(())
+                .unwrap()
+                .into_parts()
+                .0
+        };
+        let small = Bytes::from_static(b"x");
+        for (method, uri, body, on_link) in [
+            (Method::POST, "/d/s", small.clone(), true),
+            (Method::GET, "/d/s?offset=-1", Bytes::new(), true),
+            (
+                Method::GET,
+                "/d/s?offset=5&live=long-poll",
+                Bytes::new(),
+                true,
+            ),
+            (Method::GET, "/d/s?offset=5&live=sse", Bytes::new(), false),
+            (
+                Method::GET,
+                "/d/s?live=long-poll&live=sse",
+                Bytes::new(),
+                false,
+            ),
+            (Method::GET, "/d/s?live", Bytes::new(), false),
+            (Method::GET, "/d/s?live=other", Bytes::new(), false),
+            (Method::GET, "/d/s?olive=sse", Bytes::new(), true),
+            (
+                Method::POST,
+                "/d/s",
+                Bytes::from(vec![0; LINK_MAX_BODY + 1]),
+                false,
+            ),
+        ] {
+            assert_eq!(
+                goes_on_link(&parts(method.clone(), uri), &body),
+                on_link,
+                "{method} {uri} ({} bytes)",
+                body.len()
+            );
+        }
+    }
 
     #[test]
     fn hop_by_hop_headers_and_those_named_by_connection_are_stripped() {

@@ -32,6 +32,8 @@ pub const PATH: &str = "/_ursula/link";
 pub const PROTOCOL: &str = "ursula-link/1";
 /// No frame is longer; a longer length means the stream is not a link.
 pub const MAX_FRAME: usize = 256 * 1024 * 1024;
+/// No frame carries more headers (a `HeaderMap` holds at most 32,768).
+pub const MAX_HEADERS: usize = 1024;
 
 const REQUEST: u8 = 1;
 const ANSWER: u8 = 2;
@@ -175,8 +177,9 @@ pub fn decode(buf: &mut BytesMut) -> Result<Option<Frame>, FrameError> {
 pub fn wanted(buf: &[u8]) -> usize {
     match buf.get(..4) {
         Some(length) => {
-            let length = u32::from_be_bytes([length[0], length[1], length[2], length[3]]);
-            (4 + length as usize).saturating_sub(buf.len()).max(1)
+            // A length over the limit is refused by `decode`; never ask for more than a frame.
+            let length = u32::from_be_bytes([length[0], length[1], length[2], length[3]]) as usize;
+            (4 + length.min(MAX_FRAME)).saturating_sub(buf.len()).max(1)
         }
         None => 4 - buf.len(),
     }
@@ -224,6 +227,9 @@ fn put_u16_len(out: &mut BytesMut, len: usize, what: &'static str) -> Result<(),
 }
 
 fn put_headers(out: &mut BytesMut, headers: &HeaderMap) -> Result<(), FrameError> {
+    if headers.len() > MAX_HEADERS {
+        return Err(FrameError::DoesNotFit("the number of headers"));
+    }
     put_u16_len(out, headers.len(), "the number of headers")?;
     for (name, value) in headers {
         put_u8_len(out, name.as_str().len(), "a header name")?;
@@ -262,6 +268,9 @@ fn take_headers(frame: &mut Bytes) -> Result<HeaderMap, FrameError> {
         return Err(FrameError::Malformed("header count"));
     }
     let count = frame.get_u16() as usize;
+    if count > MAX_HEADERS {
+        return Err(FrameError::Malformed("header count"));
+    }
     let mut headers = HeaderMap::with_capacity(count);
     for _ in 0..count {
         let name = take_u8_len(frame, "header name")?;
@@ -359,6 +368,7 @@ mod tests {
         assert_eq!(wanted(&out[..2]), 2);
         assert_eq!(wanted(&out[..5]), out.len() - 5);
         assert_eq!(wanted(&out), 1);
+        assert_eq!(wanted(&[0xff, 0xff, 0xff, 0xff]), MAX_FRAME);
     }
 
     #[test]
@@ -393,6 +403,9 @@ mod tests {
             &[0, 0, 0, 3, 1, 0, 0][..],                   // shorter than kind and id
             &[0, 0, 0, 9, 9, 0, 0, 0, 0, 0, 0, 0, 1][..], // an unknown kind
             &[0, 0, 0, 10, 1, 0, 0, 0, 0, 0, 0, 0, 1, 5][..], // a method longer than the frame
+            &[
+                0, 0, 0, 15, 2, 0, 0, 0, 0, 0, 0, 0, 1, 0, 200, 0xff, 0xff, 0, 0,
+            ][..], // 65,535 headers
         ] {
             let mut buf = BytesMut::from(bytes);
             assert!(decode(&mut buf).is_err(), "{bytes:?}");

@@ -66,14 +66,7 @@ impl Http {
 
 /// A gateway on a free loopback port in front of `upstreams`, with `edit` applied to its config.
 pub async fn gateway(upstreams: Vec<String>, edit: impl FnOnce(&mut Config)) -> SocketAddr {
-    let mut config = Config {
-        listen: "127.0.0.1:0".parse().expect("address"),
-        admin_listen: "127.0.0.1:0".parse().expect("address"),
-        upstreams,
-        ..Config::default()
-    };
-    edit(&mut config);
-    ursula_gateway::start(config).await.expect("gateway").addr
+    start_gateway(upstreams, edit).await.addr
 }
 
 /// Like `gateway`, returning the running gateway (its metrics, its admin address).

@@ -3,8 +3,9 @@
 //! written with one system call.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use futures_util::FutureExt;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use http::header::{CONNECTION, UPGRADE};
@@ -70,22 +71,41 @@ struct Finished {
     body: Bytes,
 }
 
+/// Where the link's input is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Input {
+    Requests,
+    /// After the go-away: what still arrives is read and dropped, so that closing does not
+    /// reset the connection (a reset discards answers not yet delivered), until the gateway
+    /// ends its side or `DRAIN_LIMIT` passes.
+    Draining,
+    Ended,
+}
+
+/// Requests of one link handled at once at most; past it, reading waits.
+const MAX_IN_FLIGHT: usize = 4096;
+const DRAIN_LIMIT: Duration = Duration::from_secs(2);
+
 /// Reads requests until the gateway closes the link, it breaks the framing, or the node
 /// stops; then the answers of requests already read are still written.
 ///
 /// One task does it all: it reads every frame that has arrived, starts each request's
-/// handler, and writes every answer that is ready with one call. Handlers finish on the
+/// handler, and writes the answers that are ready as they come. Handlers finish on the
 /// storage threads' wake-ups; nothing is handed between tasks, so a burst of requests costs
-/// one wake-up of this task, not one per request.
-async fn serve(app: Arc<App>, mut io: TokioIo<Upgraded>) {
+/// one wake-up of this task, not one per request. Reading goes on while answers are written,
+/// so that neither side can wait for the other with both directions full.
+async fn serve(app: Arc<App>, io: TokioIo<Upgraded>) {
+    let (mut reader, mut writer) = tokio::io::split(io);
     let mut buffer = BytesMut::with_capacity(READ_BUFFER);
     let mut out = BytesMut::with_capacity(READ_BUFFER);
     let mut in_flight = FuturesUnordered::new();
     let mut stopping = app.stopping.clone();
     let mut last = 0;
-    let mut reading = true;
+    let mut input = Input::Requests;
+    let drain_until = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(drain_until);
     loop {
-        while reading {
+        while input == Input::Requests && in_flight.len() < MAX_IN_FLIGHT {
             match link::decode(&mut buffer) {
                 Ok(Some(Frame::Request(frame))) => {
                     last = frame.id;
@@ -94,11 +114,11 @@ async fn serve(app: Arc<App>, mut io: TokioIo<Upgraded>) {
                 Ok(None) => break,
                 Ok(Some(Frame::Answer(_) | Frame::GoAway { .. })) => {
                     tracing::warn!("the gateway sent a frame only nodes send; link closed");
-                    reading = false;
+                    input = Input::Ended;
                 }
                 Err(error) => {
                     tracing::warn!(%error, "gateway link closed");
-                    reading = false;
+                    input = Input::Ended;
                 }
             }
         }
@@ -106,38 +126,68 @@ async fn serve(app: Arc<App>, mut io: TokioIo<Upgraded>) {
         while let Some(Some(done)) = in_flight.next().now_or_never() {
             encode(&mut out, done);
         }
-        if !out.is_empty() {
-            if let Err(error) = io.write_all(&out).await {
-                tracing::debug!(%error, "gateway link write failed");
-                return;
-            }
-            out.clear();
-            if out.capacity() > 16 * READ_BUFFER {
-                out = BytesMut::with_capacity(READ_BUFFER);
-            }
-        }
-        if !reading && in_flight.is_empty() {
+        if input == Input::Ended && in_flight.is_empty() && out.is_empty() {
             break;
         }
-        buffer.reserve(link::wanted(&buffer).max(READ_BUFFER));
-        tokio::select! {
-            read = io.read_buf(&mut buffer), if reading => match read {
-                Ok(0) => reading = false,
-                Ok(_) => {}
-                Err(error) => {
-                    tracing::debug!(%error, "gateway link read failed");
-                    reading = false;
+        let reads = match input {
+            Input::Requests => in_flight.len() < MAX_IN_FLIGHT,
+            Input::Draining => true,
+            Input::Ended => false,
+        };
+        if reads {
+            // In steps: a frame's claimed length is not memory to set aside before it comes.
+            buffer.reserve(link::wanted(&buffer).clamp(READ_BUFFER, 16 * READ_BUFFER));
+        }
+        let event = tokio::select! {
+            read = reader.read_buf(&mut buffer), if reads => Event::Read(read),
+            written = writer.write(&out), if !out.is_empty() => Event::Written(written),
+            Some(done) = in_flight.next(), if !in_flight.is_empty() => Event::Answered(done),
+            () = until_stopping(&mut stopping), if input == Input::Requests => Event::Stopping,
+            () = &mut drain_until, if input == Input::Draining => Event::Drained,
+        };
+        match event {
+            Event::Read(Ok(0)) => input = Input::Ended,
+            Event::Read(Ok(_)) => {
+                if input == Input::Draining {
+                    buffer.clear();
                 }
-            },
-            Some(done) = in_flight.next(), if !in_flight.is_empty() => encode(&mut out, done),
-            () = until_stopping(&mut stopping), if reading => {
+            }
+            Event::Read(Err(error)) => {
+                tracing::debug!(%error, "gateway link read failed");
+                input = Input::Ended;
+            }
+            Event::Written(Ok(written)) if written > 0 => {
+                out.advance(written);
+                if out.is_empty() && out.capacity() > 16 * READ_BUFFER {
+                    out = BytesMut::with_capacity(READ_BUFFER);
+                }
+            }
+            Event::Written(result) => {
+                tracing::debug!(?result, "gateway link write failed");
+                return;
+            }
+            Event::Answered(done) => encode(&mut out, done),
+            Event::Stopping => {
                 // Requests after `last` are left unread: the gateway may send them elsewhere.
                 link::encode_go_away(&mut out, last);
-                reading = false;
+                input = Input::Draining;
+                buffer.clear();
+                drain_until
+                    .as_mut()
+                    .reset(tokio::time::Instant::now() + DRAIN_LIMIT);
             }
+            Event::Drained => input = Input::Ended,
         }
     }
-    let _ = io.shutdown().await;
+    let _ = writer.shutdown().await;
+}
+
+enum Event {
+    Read(std::io::Result<usize>),
+    Written(std::io::Result<usize>),
+    Answered(Finished),
+    Stopping,
+    Drained,
 }
 
 fn encode(out: &mut BytesMut, done: Finished) {
