@@ -322,7 +322,18 @@ async fn drive(
             }
             Event::Written(result) => break format!("write failed: {result:?}"),
             Event::Queued(0) => accepting = false,
-            Event::Queued(_) => encode_requests(&link, &mut batch, &mut out),
+            Event::Queued(_) => {
+                // The client connections whose requests are parsed and about to be queued
+                // run first: their requests then share this write instead of one each.
+                tokio::task::yield_now().await;
+                while batch.len() < REQUESTS_PER_WRITE {
+                    match queued.try_recv() {
+                        Ok(request) => batch.push(request),
+                        Err(_) => break,
+                    }
+                }
+                encode_requests(&link, &mut batch, &mut out);
+            }
         }
     };
     tracing::debug!(%reason, "gateway link closed");
