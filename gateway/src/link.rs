@@ -60,7 +60,7 @@ struct Slot {
     address: String,
     host: http::HeaderValue,
     open: Mutex<Option<Arc<Connection>>>,
-    /// Held while opening, so that concurrent requests open one link, not one each.
+    /// Held by the one request that opens the link; the others use HTTP meanwhile.
     opening: tokio::sync::Mutex<()>,
     http_only_until: Mutex<Option<Instant>>,
 }
