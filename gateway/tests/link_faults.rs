@@ -1,6 +1,9 @@
-//! The gateway's end of the link against a scripted node that speaks it (a raw TCP server in
-//! this process): a go-away sends the requests the node did not read over HTTP, once each, and
-//! a link that breaks before answering costs a 503 without the marker, never a resend.
+//! The gateway's end of the link against a scripted node that speaks it: a **fake** node (a
+//! raw TCP server in this process), because these faults must come at exact moments a real
+//! node's SIGTERM cannot place, a go-away while a second request sits unread and a link dropped
+//! after a request was read. A go-away sends the requests the node did not read over HTTP,
+//! once each; a link that breaks before answering costs a 503 without the marker, never a
+//! resend.
 
 mod support;
 
