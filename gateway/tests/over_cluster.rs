@@ -424,6 +424,12 @@ async fn the_link_answers_every_request_as_http_does() {
         ("PUT", "", vec![TEXT], "a;"),
         ("PUT", "", vec![json], "[]"),
         ("POST", "", vec![TEXT], "b;"),
+        (
+            "POST",
+            "",
+            vec![TEXT, ("transfer-encoding", "chunked")],
+            "b2;",
+        ),
         ("POST", "", producer("0"), "c;"),
         ("POST", "", producer("0"), "c;"),
         ("POST", "", producer("2"), "d;"),

@@ -8,9 +8,9 @@ use std::time::Duration;
 use bytes::{Buf, Bytes, BytesMut};
 use futures_util::FutureExt;
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use http::header::{CONNECTION, UPGRADE};
+use http::header::{CONNECTION, CONTENT_LENGTH, UPGRADE};
 use http::response::Parts;
-use http::{Method, Request, Response, StatusCode};
+use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::upgrade::Upgraded;
@@ -244,10 +244,16 @@ fn into_request(frame: link::Request) -> Result<Request<Full<Bytes>>, ApiError> 
         )
         .unmarked());
     }
+    let mut headers = frame.headers;
+    // A frame's body has an exact length, as a body with `Content-Length` over HTTP: say so,
+    // so that admission sees a body (a client's chunked upload reaches here without one).
+    if !frame.body.is_empty() || headers.contains_key(CONTENT_LENGTH) {
+        headers.insert(CONTENT_LENGTH, HeaderValue::from(frame.body.len()));
+    }
     let mut request = Request::new(Full::new(frame.body));
     *request.method_mut() = frame.method;
     *request.uri_mut() = uri;
-    *request.headers_mut() = frame.headers;
+    *request.headers_mut() = headers;
     Ok(request)
 }
 
