@@ -261,10 +261,16 @@ struct Pending {
 impl LinkState {
     /// Every request still waiting gets `error`; none is written from now on.
     fn close(&self, error: impl Fn() -> SendError) {
+        self.close_after(0, error);
+    }
+
+    /// Requests after `last` that are still waiting get `error` (IDs start at 1); none is
+    /// written from now on.
+    fn close_after(&self, last: u64, error: impl Fn() -> SendError) {
         self.usable.store(false, Ordering::Release);
         let mut pending = self.pending.lock();
         pending.closed = true;
-        for (_, reply) in pending.waiting.drain() {
+        for (_, reply) in pending.waiting.extract_if(|id, _| *id > last) {
             let _ = reply.send(Err(error()));
         }
     }
@@ -407,20 +413,8 @@ fn take_answers(link: &LinkState, buffer: &mut BytesMut) -> Result<Taken, String
                 }
             }
             Ok(Some(Frame::GoAway { last })) => {
-                link.usable.store(false, Ordering::Release);
-                let mut pending = link.pending.lock();
-                pending.closed = true;
-                let unread: Vec<u64> = pending
-                    .waiting
-                    .keys()
-                    .copied()
-                    .filter(|id| *id > last)
-                    .collect();
-                for id in unread {
-                    if let Some(reply) = pending.waiting.remove(&id) {
-                        let _ = reply.send(Err(SendError::NotSent));
-                    }
-                }
+                // The node answers up to `last` and never saw the rest.
+                link.close_after(last, || SendError::NotSent);
                 taken = Taken::GoAway;
             }
             Ok(Some(Frame::Request(_))) => return Err("the node sent a request frame".to_owned()),

@@ -330,14 +330,7 @@ impl Gateway {
                     return Ok(response);
                 }
                 Err(link::SendError::NotSent) => {}
-                Err(error @ link::SendError::Lost(_)) => {
-                    // The request may have reached the node: nothing is proven.
-                    return Err(Attempt::Failed(Refusal::new(
-                        ErrorToken::Unavailable,
-                        format!("the node's answer was lost: {error}"),
-                        false,
-                    )));
-                }
+                Err(error @ link::SendError::Lost(_)) => return Err(Attempt::answer_lost(error)),
             }
         }
         let uri = format!(
@@ -359,12 +352,7 @@ impl Gateway {
                 tracing::debug!(%error, upstream = index, "cannot connect to upstream");
                 Err(Attempt::ConnectFailed)
             }
-            // The request may have reached the node: nothing is proven.
-            Err(error) => Err(Attempt::Failed(Refusal::new(
-                ErrorToken::Unavailable,
-                format!("the node's answer was lost: {error}"),
-                false,
-            ))),
+            Err(error) => Err(Attempt::answer_lost(error)),
         }
     }
 
@@ -440,6 +428,17 @@ enum Attempt {
     /// The request did not reach the upstream.
     ConnectFailed,
     Failed(Refusal),
+}
+
+impl Attempt {
+    /// The request may have reached the node: nothing is proven, so no marker.
+    fn answer_lost(error: impl std::fmt::Display) -> Self {
+        Self::Failed(Refusal::new(
+            ErrorToken::Unavailable,
+            format!("the node's answer was lost: {error}"),
+            false,
+        ))
+    }
 }
 
 /// Bodies up to this size go on the link; a larger one would hold up the answers behind it.

@@ -175,21 +175,23 @@ pub fn decode(buf: &mut BytesMut) -> Result<Option<Frame>, FrameError> {
 /// How many more bytes `buf` needs before `decode` can return a frame (at least 1 while the
 /// length itself has not arrived): a reader reserves that much before its next read.
 pub fn wanted(buf: &[u8]) -> usize {
-    match buf.get(..4) {
-        Some(length) => {
-            // A length over the limit is refused by `decode`; never ask for more than a frame.
-            let length = u32::from_be_bytes([length[0], length[1], length[2], length[3]]) as usize;
-            (4 + length.min(MAX_FRAME)).saturating_sub(buf.len()).max(1)
-        }
+    match declared_length(buf) {
+        // A length over the limit is refused by `decode`; never ask for more than a frame.
+        Some(length) => (4 + length.min(MAX_FRAME)).saturating_sub(buf.len()).max(1),
         None => 4 - buf.len(),
     }
 }
 
+/// The length field, once its four bytes have arrived.
+fn declared_length(buf: &[u8]) -> Option<usize> {
+    let field: [u8; 4] = buf.get(..4)?.try_into().ok()?;
+    Some(u32::from_be_bytes(field) as usize)
+}
+
 fn frame_length(buf: &[u8]) -> Result<Option<usize>, FrameError> {
-    let Some(length) = buf.get(..4) else {
+    let Some(length) = declared_length(buf) else {
         return Ok(None);
     };
-    let length = u32::from_be_bytes([length[0], length[1], length[2], length[3]]) as usize;
     if length > MAX_FRAME {
         return Err(FrameError::TooLong(length));
     }

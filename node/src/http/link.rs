@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::{Buf, Bytes, BytesMut};
 use futures_util::FutureExt;
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use http::header::{CONNECTION, CONTENT_LENGTH, UPGRADE};
+use http::header::{CONTENT_LENGTH, UPGRADE};
 use http::response::Parts;
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
@@ -193,15 +193,15 @@ enum Event {
 fn encode(out: &mut BytesMut, done: Finished) {
     let Finished { id, head, body } = done;
     if let Err(error) = link::encode_answer(out, id, head.status, &head.headers, &body) {
-        let message = format!("the answer cannot be sent on the gateway link: {error}");
-        let mut headers = http::HeaderMap::new();
-        headers.insert(
-            http::header::CONTENT_TYPE,
-            http::HeaderValue::from_static("application/json"),
-        );
-        let body = ursula_wire::ErrorBody::new(ErrorToken::Internal, message).to_json();
-        // An error body of our own always fits.
-        let _ = link::encode_answer(out, id, StatusCode::INTERNAL_SERVER_ERROR, &headers, &body);
+        let refusal = ApiError::new(
+            ErrorToken::Internal,
+            format!("the answer cannot be sent on the gateway link: {error}"),
+        )
+        .after_proposal();
+        // An error answer is whole when made, and ours always fits a frame.
+        if let Some((head, body)) = collected(refusal.into_response()).now_or_never() {
+            let _ = link::encode_answer(out, id, head.status, &head.headers, &body);
+        }
     }
 }
 
@@ -260,13 +260,11 @@ fn into_request(frame: link::Request) -> Result<Request<Full<Bytes>>, ApiError> 
 /// The whole answer. Every answer but SSE's (which the link does not carry) is complete once
 /// its handler returns, so this does not wait.
 async fn collected(response: Response<Body>) -> (Parts, Bytes) {
-    let (mut head, body) = response.into_parts();
+    // Handlers set no connection-scoped headers (hyper adds those when it writes HTTP).
+    let (head, body) = response.into_parts();
     let body = match body.collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(never) => match never {},
     };
-    // Hop-by-hop framing of HTTP; the frame carries the length.
-    head.headers.remove(CONNECTION);
-    head.headers.remove(http::header::TRANSFER_ENCODING);
     (head, body)
 }

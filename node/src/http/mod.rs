@@ -13,7 +13,6 @@ mod sse;
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -30,6 +29,7 @@ use crate::engine::{Engine, Leadership};
 use crate::groups::Groups;
 use error::ApiError;
 use marking::LeaderCheck;
+use request::RequestBody;
 use response::{ALLOWED_HEADERS, ALLOWED_METHODS, Body, Reply, add_common_headers};
 use route::Target;
 
@@ -108,8 +108,9 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, mut stopping: watch::Re
         let _ = stream.set_nodelay(true);
         let app_for_service = app.clone();
         let link_alive = link_alive.clone();
-        let service = service_fn(move |request| {
-            serve_request(app_for_service.clone(), request, link_alive.clone())
+        let service = service_fn(move |request: Request<Incoming>| {
+            let link = link::is_upgrade(&request).then(|| link_alive.clone());
+            serve_request(app_for_service.clone(), request, link)
         });
         let connection = auto::Builder::new(TokioExecutor::new())
             .serve_connection_with_upgrades(TokioIo::new(stream), service)
@@ -141,25 +142,24 @@ pub async fn until_stopping(stopping: &mut watch::Receiver<bool>) {
     }
 }
 
-/// The client listener's service: a request for the gateway link is answered by `link`, any
-/// other by `handle`.
+/// The client listener's service: a request for the gateway link (which comes with the
+/// listener's link tracker) is answered by `link`, any other by `handle`.
 async fn serve_request(
     app: Arc<App>,
     request: Request<Incoming>,
-    link_alive: tokio::sync::mpsc::Sender<()>,
+    link: Option<tokio::sync::mpsc::Sender<()>>,
 ) -> Result<Response<Body>, Infallible> {
-    if link::is_upgrade(&request) {
-        return Ok(link::accept(app, request, link_alive));
+    match link {
+        Some(alive) => Ok(link::accept(app, request, alive)),
+        None => handle(app, request).await,
     }
-    handle(app, request).await
 }
 
 /// Answers one request, whether it came over HTTP or the gateway link.
-pub async fn handle<B>(app: Arc<App>, request: Request<B>) -> Result<Response<Body>, Infallible>
-where
-    B: hyper::body::Body<Data = Bytes> + Unpin,
-    B::Error: std::fmt::Display,
-{
+pub async fn handle(
+    app: Arc<App>,
+    request: Request<impl RequestBody>,
+) -> Result<Response<Body>, Infallible> {
     let cors = request.headers().contains_key(http::header::ORIGIN);
     let uri = request.uri().clone();
     let mut response = dispatch(&app, request).await.unwrap_or_else(|error| {
@@ -176,11 +176,10 @@ where
     Ok(response)
 }
 
-async fn dispatch<B>(app: &App, request: Request<B>) -> Result<Response<Body>, ApiError>
-where
-    B: hyper::body::Body<Data = Bytes> + Unpin,
-    B::Error: std::fmt::Display,
-{
+async fn dispatch(
+    app: &App,
+    request: Request<impl RequestBody>,
+) -> Result<Response<Body>, ApiError> {
     if request.method() == Method::OPTIONS {
         return Ok(Reply::new(StatusCode::NO_CONTENT)
             .header("access-control-allow-origin", "*")
@@ -227,15 +226,11 @@ where
 
 /// Writes pass admission, then their body is read within the in-flight budget, which they
 /// hold until their answer is ready.
-async fn write<B>(
+async fn write(
     app: &App,
-    request: Request<B>,
+    request: Request<impl RequestBody>,
     target: Target,
-) -> Result<Response<Body>, ApiError>
-where
-    B: hyper::body::Body<Data = Bytes> + Unpin,
-    B::Error: std::fmt::Display,
-{
+) -> Result<Response<Body>, ApiError> {
     let limit = match target {
         Target::Snapshot(..) => app.config.server.max_snapshot_size,
         _ => app.config.server.max_append_size,

@@ -185,18 +185,19 @@ pub fn content_length(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
         .transpose()
 }
 
+/// A request's body: hyper's for HTTP, a whole one for the gateway link.
+pub trait RequestBody: hyper::body::Body<Data = Bytes, Error: std::fmt::Display> + Unpin {}
+
+impl<B: hyper::body::Body<Data = Bytes, Error: std::fmt::Display> + Unpin> RequestBody for B {}
+
 /// Reads a body of at most `limit` bytes (a longer one is a 413), holding its bytes in
 /// `permit` (a body of unknown length takes its share as it arrives).
-pub async fn body<B>(
+pub async fn body(
     headers: &HeaderMap,
-    mut body: B,
+    mut body: impl RequestBody,
     limit: u64,
     permit: &mut BodyPermit,
-) -> Result<Bytes, ApiError>
-where
-    B: hyper::body::Body<Data = Bytes> + Unpin,
-    B::Error: std::fmt::Display,
-{
+) -> Result<Bytes, ApiError> {
     let declared = content_length(headers)?;
     let mut parts: Vec<Bytes> = Vec::new();
     let mut total: u64 = 0;
