@@ -69,14 +69,7 @@ fn text_headers() -> HeaderMap {
 #[tokio::test]
 async fn requests_written_at_once_are_each_answered_as_over_http() {
     let node = start_in_process(|_| {}).await;
-    assert_eq!(
-        node.client.put("/demo", &[], "").await.status,
-        StatusCode::CREATED
-    );
-    assert_eq!(
-        node.client.put("/demo/s", &[TEXT], "").await.status,
-        StatusCode::CREATED
-    );
+    node.client.create_streams("demo", 1, "text/plain").await;
     let (mut stream, mut buffer) = open(node.client_addr).await;
 
     let mut out = BytesMut::new();
@@ -87,7 +80,7 @@ async fn requests_written_at_once_are_each_answered_as_over_http() {
             &mut out,
             id,
             &Method::POST,
-            "/demo/s",
+            "/demo/s0",
             &text_headers(),
             body.as_bytes(),
         )
@@ -109,7 +102,7 @@ async fn requests_written_at_once_are_each_answered_as_over_http() {
         &mut out,
         sse,
         &Method::GET,
-        "/demo/s?offset=-1&live=sse",
+        "/demo/s0?offset=-1&live=sse",
         &HeaderMap::new(),
         b"",
     )
@@ -118,7 +111,7 @@ async fn requests_written_at_once_are_each_answered_as_over_http() {
         &mut out,
         bad_offset,
         &Method::GET,
-        "/demo/s?offset=zzz",
+        "/demo/s0?offset=zzz",
         &HeaderMap::new(),
         b"",
     )
@@ -151,7 +144,7 @@ async fn requests_written_at_once_are_each_answered_as_over_http() {
     offsets.sort_unstable();
     offsets.dedup();
     assert_eq!(offsets.len(), appends as usize, "{offsets:?}");
-    let head = node.client.send(Method::HEAD, "/demo/s", &[], "").await;
+    let head = node.client.send(Method::HEAD, "/demo/s0", &[], "").await;
     assert_eq!(
         head.header("stream-next-offset"),
         offsets.last().map(String::as_str)
@@ -167,7 +160,7 @@ async fn requests_written_at_once_are_each_answered_as_over_http() {
     assert_eq!(refused(bad_offset)["error"], "InvalidOffset");
 
     // Everything acknowledged on the link is in the stream, read over HTTP.
-    let (bytes, _) = node.client.read_all("/demo/s").await;
+    let (bytes, _) = node.client.read_all("/demo/s0").await;
     let text = String::from_utf8(bytes).expect("utf-8");
     let mut read: Vec<&str> = text.split_terminator(';').collect();
     read.sort_unstable();
