@@ -5,11 +5,6 @@ use std::process::ExitCode;
 use clap::Parser;
 use ursula_gateway::config::Config;
 
-/// mimalloc's thread-local free lists: every forwarded request allocates and frees its parts,
-/// frames and buffers on the request path.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Ursula gateway: one front door for an Ursula cluster. It follows the nodes' leader
 /// redirects itself and vouches for refusals that applied nothing.
 #[derive(Parser, Debug)]

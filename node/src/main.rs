@@ -7,11 +7,6 @@ use clap::{Parser, Subcommand};
 mod dev_cluster;
 use ursula_node::config::{Config, parse_duration};
 
-/// mimalloc's thread-local free lists: an append allocates and frees a few dozen small buffers
-/// (request parts, frames, effects), and glibc malloc spent ~10% of the node's CPU on them.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Ursula node: durable append-only streams over HTTP (the Durable Streams Protocol).
 ///
 /// With no arguments it runs the embedded single-node default: clients on 127.0.0.1:4437,
