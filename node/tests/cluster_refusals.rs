@@ -297,13 +297,16 @@ fn a_group_with_too_much_unapplied_refuses_bodies_until_it_commits() {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
-        let pending = {
+        let send = |body: String| {
             let client = client.clone();
             let path = path.clone();
-            tokio::spawn(async move { client.post(&path, &[TEXT], "p".repeat(600)).await })
+            tokio::spawn(async move { client.post(&path, &[TEXT], body).await })
         };
-        // The first write must be proposed (in the leader's log, uncommitted) before the
-        // second is sent; a fixed pause was not always enough on a loaded machine.
+        let first = send("p".repeat(600));
+        // The first write is proposed (in the leader's log, uncommitted) before the second is
+        // sent, as a rule; a fixed pause was not always enough on a loaded machine. The
+        // leader's once-a-second expiry sweep also proposes entries, so the log can grow
+        // before the first write is held: then the second is held and the first refused.
         while cluster
             .last_log_index(leader, group)
             .await
@@ -315,27 +318,32 @@ fn a_group_with_too_much_unapplied_refuses_bodies_until_it_commits() {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let Ok(refused) = tokio::time::timeout(
-            Duration::from_secs(10),
-            client.post(&path, &[TEXT], "r".repeat(600)),
-        )
+        let second = send("r".repeat(600));
+        // Exactly one of the two is answered at once, refused; the other waits for a quorum.
+        let writes = [(first, 'p'), (second, 'r')];
+        let answered = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                if let Some(at) = writes.iter().position(|(write, _)| write.is_finished()) {
+                    return at;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
         .await
-        else {
-            let first = if pending.is_finished() {
-                let first = pending.await.expect("the first write");
-                format!("answered {}: {}", first.status, first.text())
-            } else {
-                "not answered".to_owned()
-            };
-            panic!("the second write was held; the first write was {first}");
-        };
+        .expect("both writes were held: neither was refused");
+        let [a, b] = writes;
+        let ((refused, _), (pending, kept)) = if answered == 0 { (a, b) } else { (b, a) };
+        let refused = refused.await.expect("the refused write");
         assert_refusal(
             &refused,
             StatusCode::SERVICE_UNAVAILABLE,
             "RaftUncommittedBackpressure",
             true,
         );
-        // A write without a body still goes to Raft (and waits there with the first).
+        assert!(
+            !pending.is_finished(),
+            "the held write was answered without a quorum"
+        );
         for i in 0..3 {
             cluster.thaw(i);
         }
@@ -350,7 +358,7 @@ fn a_group_with_too_much_unapplied_refuses_bodies_until_it_commits() {
         let bytes = cluster.read_all(&path).await;
         assert_eq!(
             String::from_utf8_lossy(&bytes),
-            format!("kept;{}", "p".repeat(600))
+            format!("kept;{}", kept.to_string().repeat(600))
         );
         cluster.wait_replicas_equal(bucket, "s", &bytes).await;
         // Room again: bodies pass.
