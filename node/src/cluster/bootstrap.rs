@@ -101,7 +101,7 @@ pub async fn start_groups(
         }
         let budget = config.raft.snapshot_log_budget / config.raft.group_count as u64;
         tokio::spawn(snapshot_on_log_bytes(raft.clone(), watched, budget.max(1)));
-        engine.set_raft(raft);
+        engine.set_raft(raft, log.writer_turns());
         engines.push(Some(engine));
     }
     Ok((engines, log))

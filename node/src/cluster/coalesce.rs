@@ -7,7 +7,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{Notify, Semaphore, watch};
 
 /// What a queued item tells the queue.
 pub trait Item: Send + 'static {
@@ -28,8 +28,16 @@ pub struct Coalescer<T> {
 
 impl<T: Item> Coalescer<T> {
     /// Starts the queue's task: `handle` gets each batch, with at most `in_flight` running.
-    /// A batch holds at most `max_items` items and, beyond its first, `max_bytes`.
-    pub fn start<F, Fut>(in_flight: usize, max_items: usize, max_bytes: u64, handle: F) -> Arc<Self>
+    /// A batch holds at most `max_items` items and, beyond its first, `max_bytes`. With
+    /// `turns`, a counter that is odd while some other worker's turn is on, a batch is taken
+    /// only between turns, so that what arrives during a turn goes together in the next.
+    pub fn start<F, Fut>(
+        in_flight: usize,
+        max_items: usize,
+        max_bytes: u64,
+        turns: Option<watch::Receiver<u64>>,
+        handle: F,
+    ) -> Arc<Self>
     where
         F: Fn(Vec<T>) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
@@ -40,7 +48,7 @@ impl<T: Item> Coalescer<T> {
             max_items,
             max_bytes,
         });
-        tokio::spawn(queue.clone().run(in_flight, handle));
+        tokio::spawn(queue.clone().run(in_flight, turns, handle));
         queue
     }
 
@@ -66,8 +74,12 @@ impl<T: Item> Coalescer<T> {
         std::mem::replace(&mut *queue, rest)
     }
 
-    async fn run<F, Fut>(self: Arc<Self>, in_flight: usize, handle: F)
-    where
+    async fn run<F, Fut>(
+        self: Arc<Self>,
+        in_flight: usize,
+        mut turns: Option<watch::Receiver<u64>>,
+        handle: F,
+    ) where
         F: Fn(Vec<T>) -> Fut,
         Fut: Future<Output = ()> + Send + 'static,
     {
@@ -78,9 +90,20 @@ impl<T: Item> Coalescer<T> {
                 return;
             };
             let batch = loop {
-                let batch = self.take();
-                if !batch.is_empty() {
-                    break batch;
+                if !self.queue.lock().is_empty() {
+                    if let Some(turns) = turns.as_mut() {
+                        // Odd while a turn is on: wait for it to end (any change: the next one
+                        // may have begun already). Items that arrive meanwhile join the batch.
+                        // A counter whose owner is gone stops nothing.
+                        let now = *turns.borrow();
+                        if now % 2 == 1 {
+                            let _ = turns.wait_for(|turn| *turn != now).await;
+                        }
+                    }
+                    let batch = self.take();
+                    if !batch.is_empty() {
+                        break batch;
+                    }
                 }
                 self.wake.notified().await;
             };
@@ -109,11 +132,37 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn what_arrives_during_a_turn_goes_together_when_it_ends() {
+        let (batches, mut seen) = mpsc::unbounded_channel();
+        let (turns, watched) = watch::channel(1u64);
+        let queue = Coalescer::start(8, 100, 1000, Some(watched), move |batch: Vec<Sized>| {
+            let sizes: Vec<u64> = batch.iter().map(|i| i.0).collect();
+            let _ = batches.send(sizes);
+            async {}
+        });
+        for size in [1, 2, 3] {
+            queue.push(Sized(size));
+            tokio::task::yield_now().await;
+        }
+        assert!(seen.try_recv().is_err(), "nothing goes during a turn");
+        // The turn ends and the next begins at once: the waiting items go all the same.
+        turns.send_modify(|turn| *turn += 2);
+        assert_eq!(seen.recv().await, Some(vec![1, 2, 3]));
+        turns.send_modify(|turn| *turn += 1);
+        queue.push(Sized(4));
+        assert_eq!(
+            seen.recv().await,
+            Some(vec![4]),
+            "between turns an item goes at once"
+        );
+    }
+
+    #[tokio::test]
     async fn what_arrives_during_a_batch_goes_together_within_the_limits() {
         let (batches, mut seen) = mpsc::unbounded_channel();
         let gate = Arc::new(Semaphore::new(0));
         let held = gate.clone();
-        let queue = Coalescer::start(1, 3, 100, move |batch: Vec<Sized>| {
+        let queue = Coalescer::start(1, 3, 100, None, move |batch: Vec<Sized>| {
             let batches = batches.clone();
             let held = held.clone();
             async move {

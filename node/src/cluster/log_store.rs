@@ -21,7 +21,7 @@ use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::Instant;
 
@@ -29,13 +29,13 @@ use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{OptionalSend, RaftLogId};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 use super::types::{Entry, LogId, StorageError, TypeConfig, Vote, fail};
 use crate::engine::Metrics;
 use crate::storage::wal::Wal;
 
-/// Changes taken into one record at most.
+/// Changes taken into one record at most (a record may exceed it by one turn's changes).
 const MAX_BATCH: usize = 4096;
 /// A summary of every group's vote and purge point is written after this many records.
 const SUMMARY_EVERY: u64 = 1024;
@@ -167,7 +167,13 @@ impl GroupLog {
 /// The shared log and its writer thread.
 pub struct LogDb {
     groups: Vec<Arc<Mutex<GroupLog>>>,
-    changes: mpsc::Sender<Change>,
+    /// Changes submitted during the current turn of the runtime, not yet sent to the writer.
+    outbox: Mutex<Vec<Change>>,
+    /// Whether a task will send the outbox to the writer.
+    outbox_flush_scheduled: AtomicBool,
+    changes: mpsc::Sender<Vec<Change>>,
+    /// The writer's records begun and finished: odd while it writes one.
+    writer_turns: watch::Receiver<u64>,
     /// Log bytes of all groups not yet purged behind a snapshot, for write admission.
     pub unpurged_bytes: Arc<AtomicU64>,
 }
@@ -246,18 +252,31 @@ impl LogDb {
             metrics,
         };
         let (changes, inbox) = mpsc::channel();
+        let (turns, writer_turns) = watch::channel(0);
         std::thread::Builder::new()
             .name("ursula-raft-log".into())
-            .spawn(move || writer.run(inbox))
+            .spawn(move || writer.run(inbox, turns))
             .map_err(|e| format!("cannot start the Raft log writer: {e}"))?;
         Ok(Arc::new(Self {
             groups: groups
                 .into_iter()
                 .map(|g| Arc::new(Mutex::new(g)))
                 .collect(),
+            outbox: Mutex::new(Vec::new()),
+            outbox_flush_scheduled: AtomicBool::new(false),
             changes,
+            writer_turns,
             unpurged_bytes: Arc::new(AtomicU64::new(unpurged)),
         }))
+    }
+
+    /// The writer's turns: odd while it writes a record, even while it waits for changes.
+    /// A leader's proposer waits for a turn to end before it proposes, so that the entries of
+    /// all groups proposed meanwhile go in one record (one fsync) and travel to each follower
+    /// in one exchange: rounds, where each group's entries went alone, each with its own
+    /// fsync and exchange, on every voter.
+    pub fn writer_turns(&self) -> watch::Receiver<u64> {
+        self.writer_turns.clone()
     }
 
     /// The log of one group.
@@ -269,18 +288,71 @@ impl LogDb {
         }
     }
 
-    fn submit(&self, op: LogOp, last_index: u64, count: u64, then: Then) -> Result<(), String> {
-        self.changes
-            .send(Change {
-                op,
-                last_index,
-                count,
-                then,
-            })
-            .map_err(|_| "the Raft log writer stopped".to_owned())
+    /// Queues a change for the writer. Changes submitted while the runtime works through the
+    /// tasks it has already woken (a peer's frame carries appends of many groups; a commit
+    /// wakes many proposers) go to the writer together, once those tasks have run: the
+    /// writer wakes once and writes them as one record, where sending each at once woke it
+    /// for the first and left the rest to a record of their own. The WAL keeps the order in
+    /// which changes were submitted.
+    fn submit(
+        self: &Arc<Self>,
+        op: LogOp,
+        last_index: u64,
+        count: u64,
+        then: Then,
+    ) -> Result<(), String> {
+        let change = Change {
+            op,
+            last_index,
+            count,
+            then,
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.outbox.lock().push(change);
+            return self.flush_outbox();
+        };
+        self.outbox.lock().push(change);
+        if !self.outbox_flush_scheduled.swap(true, Ordering::AcqRel) {
+            let log = self.clone();
+            runtime.spawn(async move {
+                tokio::task::yield_now().await;
+                if let Err(error) = log.flush_outbox() {
+                    tracing::error!(%error, "Raft log changes were not written");
+                }
+            });
+        }
+        Ok(())
     }
 
-    async fn durable(&self, op: LogOp) -> Result<(), String> {
+    /// Sends every queued change to the writer. A change the writer cannot take any more is
+    /// answered with the failure, so that nothing waits for it forever.
+    fn flush_outbox(&self) -> Result<(), String> {
+        // Under the lock, so that two flushes cannot reorder their changes.
+        let mut outbox = self.outbox.lock();
+        self.outbox_flush_scheduled.store(false, Ordering::Release);
+        if outbox.is_empty() {
+            return Ok(());
+        }
+        let changes = std::mem::take(&mut *outbox);
+        let Err(mpsc::SendError(changes)) = self.changes.send(changes) else {
+            return Ok(());
+        };
+        const STOPPED: &str = "the Raft log writer stopped";
+        for change in changes {
+            match change.then {
+                Then::Flushed(flushed) => {
+                    flushed.log_io_completed(Err(std::io::Error::other(STOPPED)));
+                }
+                Then::Reply(done) => {
+                    let _ = done.send(Err(STOPPED.to_owned()));
+                }
+                Then::Nothing => {}
+            }
+        }
+        Err(STOPPED.to_owned())
+    }
+
+    async fn durable(self: &Arc<Self>, op: LogOp) -> Result<(), String> {
         let (done, answer) = oneshot::channel();
         self.submit(op, 0, 0, Then::Reply(done))?;
         answer
@@ -471,13 +543,14 @@ struct Writer {
 }
 
 impl Writer {
-    fn run(mut self, inbox: mpsc::Receiver<Change>) {
+    fn run(mut self, inbox: mpsc::Receiver<Vec<Change>>, turns: watch::Sender<u64>) {
         let mut batch: Vec<Change> = Vec::with_capacity(MAX_BATCH);
         while let Ok(first) = inbox.recv() {
-            batch.push(first);
+            turns.send_modify(|turn| *turn += 1);
+            batch.extend(first);
             while batch.len() < MAX_BATCH {
                 match inbox.try_recv() {
-                    Ok(next) => batch.push(next),
+                    Ok(next) => batch.extend(next),
                     Err(_) => break,
                 }
             }
@@ -496,6 +569,7 @@ impl Writer {
                     Then::Nothing => {}
                 }
             }
+            turns.send_modify(|turn| *turn += 1);
             self.forget_purged();
         }
     }
@@ -660,6 +734,32 @@ mod tests {
         assert_eq!(a.read_vote().await.unwrap(), Some(Vote::new(2, 1)));
         assert_eq!(b.indexes().await, vec![(1, 1), (1, 2), (1, 3)]);
         assert_eq!(b.read_vote().await.unwrap(), Some(Vote::new(1, 2)));
+    }
+
+    #[tokio::test]
+    async fn changes_submitted_in_one_turn_are_written_as_one_record_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = Arc::new(Metrics::default());
+        {
+            let log = LogDb::open(dir.path(), 1 << 20, 2, metrics.clone()).unwrap();
+            let mut answers = Vec::new();
+            for (group, index) in [(0, 1), (1, 1), (0, 2), (1, 2), (0, 3)] {
+                let (done, answer) = oneshot::channel();
+                let entries = postcard::to_allocvec(&vec![entry(1, index)]).unwrap();
+                let op = LogOp::Append { group, entries };
+                log.submit(op, index, 1, Then::Reply(done)).unwrap();
+                answers.push(answer);
+            }
+            for answer in answers {
+                answer.await.unwrap().unwrap();
+            }
+            assert_eq!(metrics.batches.load(Ordering::Relaxed), 1);
+            assert_eq!(metrics.log_entries.load(Ordering::Relaxed), 5);
+        }
+        let log = open(dir.path(), 1 << 20);
+        let (mut a, mut b) = (log.group(0), log.group(1));
+        assert_eq!(a.indexes().await, vec![(1, 1), (1, 2), (1, 3)]);
+        assert_eq!(b.indexes().await, vec![(1, 1), (1, 2)]);
     }
 
     #[tokio::test]

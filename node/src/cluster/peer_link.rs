@@ -101,7 +101,7 @@ impl PeerLink {
             authority: authority_of(base_url),
             connection: Mutex::new(None),
         });
-        let queue = Coalescer::start(IN_FLIGHT, MAX_CALLS, MAX_BYTES, move |batch| {
+        let queue = Coalescer::start(IN_FLIGHT, MAX_CALLS, MAX_BYTES, None, move |batch| {
             exchange(wire.clone(), batch)
         });
         Arc::new(Self { queue })

@@ -276,9 +276,9 @@ impl Engine {
     }
 
     /// Connects a replica to its started Raft instance.
-    pub fn set_raft(&self, raft: Raft) {
+    pub fn set_raft(&self, raft: Raft, log_writer_turns: tokio::sync::watch::Receiver<u64>) {
         if let Proposer::Raft(slot) = &self.proposer {
-            let batcher = crate::cluster::batcher::Batcher::start(raft.clone());
+            let batcher = crate::cluster::batcher::Batcher::start(raft.clone(), log_writer_turns);
             let _ = slot.set((raft, batcher));
         }
     }
