@@ -5,6 +5,10 @@
 # starts at voter 1 and follows 307s to each stream's leader, as a client does.
 #
 # Usage: e2e/bench/cluster.sh [--rounds N] [--duration 10s] [--writers 32] [--voter-workers 1]
+#                             [--buckets 16]
+#   --buckets        how many buckets the 100 streams are spread over. A bucket's streams
+#                    live in one Raft group: 16 spreads the load over the groups (each group
+#                    gets ~2 writers); 1 puts it all on one group (one hot bucket).
 #   --voter-workers  each voter's tokio worker threads (`runtime.worker_threads`). Three voters
 #                    share this machine's cores; with one worker each, as pods limited to one
 #                    CPU would get (tokio sizes its pool from the CPU quota), a voter's tasks
@@ -19,12 +23,14 @@ rounds=3
 duration=10s
 writers=32
 voter_workers=1
+buckets=16
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds="$2"; shift 2 ;;
     --duration) duration="$2"; shift 2 ;;
     --writers) writers="$2"; shift 2 ;;
     --voter-workers) voter_workers="$2"; shift 2 ;;
+    --buckets) buckets="$2"; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -74,7 +80,7 @@ for round in $(seq 1 "$rounds"); do
   for target in "single:4737:$single_pid" "cluster:4750:$voter_pids"; do
     IFS=: read -r label port server <<<"$target"
     "$bench" --url "http://127.0.0.1:$port" --label "$label" --prefix /bench append \
-      --buckets 16 --writers "$writers" --duration "$duration" --server-pids "$server" \
+      --buckets "$buckets" --writers "$writers" --duration "$duration" --server-pids "$server" \
       | tee -a "$results"
   done
 done
@@ -88,7 +94,7 @@ done
 appends="$(metric 4751 ursula_appends_total)"
 echo "{\"bench\":\"fsync\",\"label\":\"cluster\",\"appends\":$appends,\"log_commits_all_voters\":$commits}" | tee -a "$results"
 
-python3 - "$results" <<'PY'
+python3 - "$results" "$buckets" <<'PY'
 import json, sys, statistics
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 def med(label, key):
@@ -96,7 +102,7 @@ def med(label, key):
     return statistics.median(vals)
 s, c = med("single", "appends_per_sec"), med("cluster", "appends_per_sec")
 print()
-print(f"append (100 streams in 16 buckets, {rows[0]['writers']} writers, 256 B), median of rounds:")
+print(f"append (100 streams in {sys.argv[2]} buckets, {rows[0]['writers']} writers, 256 B), median of rounds:")
 print(f"  single node:       {s:8.0f}/s  p50 {med('single','p50_ms'):.3f} ms  p99 {med('single','p99_ms'):.3f} ms")
 print(f"  3-voter cluster:   {c:8.0f}/s  p50 {med('cluster','p50_ms'):.3f} ms  p99 {med('cluster','p99_ms'):.3f} ms")
 print(f"  ratio cluster/single: {c / s:.2f}x")
