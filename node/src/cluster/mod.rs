@@ -5,8 +5,9 @@
 //!   commands).
 //! - `coalesce`: a queue that sends what arrives together; `batcher` uses it to gather a
 //!   group's concurrent proposals into one entry.
-//! - `log_store`: the Raft logs and votes of all groups in one redb file, written by one thread
-//!   so that one fsync covers the entries of many groups (group commit across groups).
+//! - `log_store` / `log_writer`: the Raft logs and votes of all groups in one write-ahead
+//!   log, written by one thread so that one fsync covers the entries of many groups (group
+//!   commit across groups).
 //! - `state_machine`: a group's `Machine`, its published read model and its redb state.
 //! - `network` / `service`: Raft RPCs on the cluster listener. `peer_link` coalesces the
 //!   groups' concurrent appends and votes to a peer into one exchange on one connection,
@@ -18,6 +19,7 @@ pub mod bootstrap;
 pub mod coalesce;
 pub mod frame;
 pub mod log_store;
+mod log_writer;
 pub mod network;
 pub mod peer_link;
 pub mod placement;
