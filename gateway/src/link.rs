@@ -288,7 +288,10 @@ async fn drive(
     mut buffer: BytesMut,
 ) {
     // However this task ends (a panic included), no request is left waiting.
-    let _closing = CloseOnDrop(link.clone());
+    let mut closing = CloseOnDrop {
+        link: link.clone(),
+        reason: "the gateway link's task ended".to_owned(),
+    };
     let (mut reader, mut writer) = stream.split();
     let mut batch = Vec::with_capacity(REQUESTS_PER_WRITE);
     let mut out = BytesMut::with_capacity(READ_BUFFER);
@@ -343,7 +346,8 @@ async fn drive(
         }
     };
     tracing::debug!(%reason, "gateway link closed");
-    link.close(|| SendError::Lost(reason.clone()));
+    closing.reason = reason;
+    drop(closing);
     // What is still queued was never written.
     queued.close();
     while let Ok(request) = queued.try_recv() {
@@ -357,12 +361,15 @@ enum Event {
     Queued(usize),
 }
 
-struct CloseOnDrop(Arc<LinkState>);
+/// Closes the link when dropped: every request still waiting gets `Lost` with the reason.
+struct CloseOnDrop {
+    link: Arc<LinkState>,
+    reason: String,
+}
 
 impl Drop for CloseOnDrop {
     fn drop(&mut self) {
-        self.0
-            .close(|| SendError::Lost("the gateway link's task ended".into()));
+        self.link.close(|| SendError::Lost(self.reason.clone()));
     }
 }
 

@@ -21,7 +21,7 @@ use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
@@ -115,13 +115,18 @@ impl GroupLog {
     }
 }
 
+/// Changes submitted during the current turn of the runtime, not yet sent to the writer.
+#[derive(Default)]
+struct Outbox {
+    changes: Vec<Change>,
+    /// Whether a task will send them.
+    flush_scheduled: bool,
+}
+
 /// The shared log and its writer thread.
 pub struct LogDb {
     groups: Vec<Arc<Mutex<GroupLog>>>,
-    /// Changes submitted during the current turn of the runtime, not yet sent to the writer.
-    outbox: Mutex<Vec<Change>>,
-    /// Whether a task will send the outbox to the writer.
-    outbox_flush_scheduled: AtomicBool,
+    outbox: Mutex<Outbox>,
     changes: mpsc::Sender<Vec<Change>>,
     /// The writer's records begun and finished: odd while it writes one.
     writer_turns: watch::Receiver<u64>,
@@ -213,8 +218,7 @@ impl LogDb {
                 .into_iter()
                 .map(|g| Arc::new(Mutex::new(g)))
                 .collect(),
-            outbox: Mutex::new(Vec::new()),
-            outbox_flush_scheduled: AtomicBool::new(false),
+            outbox: Mutex::default(),
             changes,
             writer_turns,
             unpurged_bytes: Arc::new(AtomicU64::new(unpurged)),
@@ -258,12 +262,15 @@ impl LogDb {
             count,
             then,
         };
+        let first_of_turn = {
+            let mut outbox = self.outbox.lock();
+            outbox.changes.push(change);
+            !std::mem::replace(&mut outbox.flush_scheduled, true)
+        };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            self.outbox.lock().push(change);
             return self.flush_outbox();
         };
-        self.outbox.lock().push(change);
-        if !self.outbox_flush_scheduled.swap(true, Ordering::AcqRel) {
+        if first_of_turn {
             let log = self.clone();
             runtime.spawn(async move {
                 tokio::task::yield_now().await;
@@ -280,11 +287,11 @@ impl LogDb {
     fn flush_outbox(&self) -> Result<(), String> {
         // Under the lock, so that two flushes cannot reorder their changes.
         let mut outbox = self.outbox.lock();
-        self.outbox_flush_scheduled.store(false, Ordering::Release);
-        if outbox.is_empty() {
+        outbox.flush_scheduled = false;
+        if outbox.changes.is_empty() {
             return Ok(());
         }
-        let changes = std::mem::take(&mut *outbox);
+        let changes = std::mem::take(&mut outbox.changes);
         let Err(mpsc::SendError(changes)) = self.changes.send(changes) else {
             return Ok(());
         };
