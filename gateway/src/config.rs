@@ -34,6 +34,9 @@ pub struct Config {
     /// `ursula_wire::link`) instead of one HTTP request per connection at a time. Nodes that
     /// do not offer the link are sent HTTP.
     pub upstream_link: bool,
+    /// Clients following one stream with SSE from the same position share one subscription
+    /// to the node, fanned out here (see `tails.rs`).
+    pub shared_tails: bool,
 }
 
 impl Default for Config {
@@ -49,6 +52,7 @@ impl Default for Config {
             access_keys_file: None,
             compat_bucket: "default".into(),
             upstream_link: true,
+            shared_tails: true,
         }
     }
 }

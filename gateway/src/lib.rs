@@ -11,6 +11,7 @@ pub mod follow;
 pub mod jwt;
 pub mod link;
 pub mod proxy;
+pub mod tails;
 pub mod upstream;
 
 use std::net::SocketAddr;
@@ -121,11 +122,15 @@ async fn admin_route(
                     "# TYPE ursula_gateway_requests_total counter\nursula_gateway_requests_total {}\n\
                      # TYPE ursula_gateway_redirects_followed_total counter\nursula_gateway_redirects_followed_total {}\n\
                      # TYPE ursula_gateway_refusals_total counter\nursula_gateway_refusals_total {}\n\
-                     # TYPE ursula_gateway_link_requests_total counter\nursula_gateway_link_requests_total {}\n",
+                     # TYPE ursula_gateway_link_requests_total counter\nursula_gateway_link_requests_total {}\n\
+                     # TYPE ursula_gateway_shared_tails_opened_total counter\nursula_gateway_shared_tails_opened_total {}\n\
+                     # TYPE ursula_gateway_shared_tail_joins_total counter\nursula_gateway_shared_tail_joins_total {}\n",
                     get(&m.requests),
                     get(&m.redirects_followed),
                     get(&m.refusals),
-                    get(&m.link_requests)
+                    get(&m.link_requests),
+                    get(&m.shared_tails_opened),
+                    get(&m.shared_tail_joins)
                 ),
             )
         }

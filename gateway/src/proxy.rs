@@ -38,12 +38,18 @@ pub struct Metrics {
     pub refusals: AtomicU64,
     /// Requests answered over the gateway link rather than HTTP.
     pub link_requests: AtomicU64,
+    /// SSE subscriptions the gateway opened to share among its clients.
+    pub shared_tails_opened: AtomicU64,
+    /// SSE clients served from a subscription another client opened.
+    pub shared_tail_joins: AtomicU64,
 }
 
 pub struct Gateway {
     client: Client<HttpConnector, Full<Bytes>>,
     /// `None` when `upstream_link` is off.
     links: Option<Links>,
+    /// `None` when `shared_tails` is off.
+    tails: Option<crate::tails::Tails>,
     access: Option<Access>,
     pub upstreams: Upstreams,
     config: Config,
@@ -52,7 +58,7 @@ pub struct Gateway {
 
 /// A refusal the gateway answers itself.
 #[derive(Debug)]
-pub struct Refusal {
+pub(crate) struct Refusal {
     token: ErrorToken,
     message: String,
     /// Whether the answer proves that nothing of the request applied.
@@ -60,7 +66,7 @@ pub struct Refusal {
 }
 
 impl Refusal {
-    fn new(token: ErrorToken, message: impl Into<String>, marked: bool) -> Self {
+    pub(crate) fn new(token: ErrorToken, message: impl Into<String>, marked: bool) -> Self {
         Self {
             token,
             message: message.into(),
@@ -147,9 +153,11 @@ impl Gateway {
                 config.connect_timeout,
             )
         });
+        let tails = config.shared_tails.then(crate::tails::Tails::default);
         Self {
             client,
             links,
+            tails,
             access,
             upstreams,
             config,
@@ -176,6 +184,18 @@ impl Gateway {
     }
 
     async fn forward(&self, request: Request<Incoming>) -> Result<Response<Body>, Refusal> {
+        let prepared = self.prepare(request).await?;
+        if let Some(tails) = &self.tails
+            && let Some(follow) = crate::tails::TailRequest::of(&prepared)
+        {
+            return tails.serve(self, prepared, follow).await;
+        }
+        self.send(&prepared).await
+    }
+
+    /// Checks a request before anything is forwarded (route, credentials, body limit, access)
+    /// and readies it to be sent to any upstream.
+    async fn prepare(&self, request: Request<Incoming>) -> Result<Prepared, Refusal> {
         let (mut parts, incoming) = request.into_parts();
         let path = parts.uri.path().to_owned();
         if is_admin_path(&path) {
@@ -239,13 +259,32 @@ impl Gateway {
             .path_and_query()
             .map_or("/", |p| p.as_str())
             .to_owned();
+        Ok(Prepared {
+            parts,
+            path,
+            path_and_query,
+            body,
+            origin,
+            write,
+        })
+    }
 
+    /// Sends a prepared request under the redirect rule and relays the final answer.
+    pub(crate) async fn send(&self, prepared: &Prepared) -> Result<Response<Body>, Refusal> {
+        let Prepared {
+            parts,
+            path,
+            path_and_query,
+            body,
+            origin,
+            write,
+        } = prepared;
         let limits = Limits {
             max_hops: self.config.max_redirect_hops,
             window: self.config.redirect_window,
         };
         let (mut follow, mut decision) =
-            Follow::new(self.upstreams.len(), self.upstreams.pick(&path), limits);
+            Follow::new(self.upstreams.len(), self.upstreams.pick(path), limits);
         loop {
             let index = match decision {
                 Decision::Send(index) => index,
@@ -264,7 +303,7 @@ impl Gateway {
                     ));
                 }
             };
-            let answer = match self.attempt(index, &parts, &path_and_query, &body).await {
+            let answer = match self.attempt(index, parts, path_and_query, body).await {
                 Ok(answer) => answer,
                 Err(Attempt::ConnectFailed) => {
                     decision = follow.observe(Observed::ConnectFailed, Instant::now());
@@ -293,8 +332,8 @@ impl Gateway {
             else {
                 continue;
             };
-            if write && !answer.status().is_server_error() {
-                self.upstreams.remember_leader(&path, follow.current());
+            if *write && !answer.status().is_server_error() {
+                self.upstreams.remember_leader(path, follow.current());
             }
             return Ok(self.relay(answer, keep_marker, origin.as_deref()));
         }
@@ -421,6 +460,18 @@ impl Gateway {
         }
         Response::from_parts(parts, body)
     }
+}
+
+/// A request checked and ready to be sent to any upstream, as often as the redirect rule says.
+pub(crate) struct Prepared {
+    pub parts: http::request::Parts,
+    pub path: String,
+    pub path_and_query: String,
+    /// A write's body, buffered; empty for reads.
+    pub body: Bytes,
+    /// How the client addressed the gateway (`http://host`), for `Location`s.
+    pub origin: Option<String>,
+    pub write: bool,
 }
 
 /// How one attempt failed.

@@ -4,7 +4,6 @@ pub mod admin;
 pub mod admission;
 pub mod cluster;
 pub mod config;
-pub mod cursor;
 pub mod engine;
 pub mod groups;
 mod housekeeping;

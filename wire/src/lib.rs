@@ -4,6 +4,7 @@
 //! ways.
 
 pub mod admin;
+pub mod cursor;
 pub mod headers;
 pub mod link;
 mod token;

@@ -20,11 +20,11 @@ use ursula_wire::headers;
 use super::App;
 use super::handlers::read::read_chunk;
 use super::response::{Body, Reply};
-use crate::cursor;
 use crate::engine::{Engine, StreamHandle, now_ms};
 use crate::machine::StreamMeta;
 use crate::machine::stream::normalize_content_type;
 use crate::offset;
+use ursula_wire::cursor;
 
 /// A comment line keeps idle connections (and the proxies on the way) alive.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);

@@ -8,7 +8,6 @@ use tokio::time::Instant;
 use ursula_wire::{ErrorToken, headers};
 
 use super::{invalid_offset, live_stream};
-use crate::cursor;
 use crate::engine::{Engine, StreamHandle, now_ms};
 use crate::http::App;
 use crate::http::error::ApiError;
@@ -17,6 +16,7 @@ use crate::http::response::{Body, Reply};
 use crate::http::sse;
 use crate::machine::{Refusal, StreamMeta, StreamPath};
 use crate::offset::{self, OffsetParam};
+use ursula_wire::cursor;
 
 pub async fn handle<B>(
     app: &App,

@@ -7,8 +7,20 @@ const INTERVAL_MS: u64 = 20_000;
 /// Jitter of 1 s to 3600 s, in whole intervals.
 const MAX_JITTER_INTERVALS: u64 = 3600 * 1000 / INTERVAL_MS;
 
+/// The interval `now_ms` falls in: the cursor of a client that echoed none.
+pub fn interval(now_ms: u64) -> u64 {
+    now_ms.saturating_sub(EPOCH_MS) / INTERVAL_MS
+}
+
+/// Whether a client that echoed `client` gets the same cursor as one that echoed none.
+pub fn echo_is_behind(now_ms: u64, client: Option<&str>) -> bool {
+    client
+        .and_then(|c| c.parse::<u64>().ok())
+        .is_none_or(|echoed| echoed < interval(now_ms))
+}
+
 pub fn next(now_ms: u64, client: Option<&str>) -> String {
-    let current = now_ms.saturating_sub(EPOCH_MS) / INTERVAL_MS;
+    let current = interval(now_ms);
     let echoed = client.and_then(|c| c.parse::<u64>().ok());
     let value = match echoed {
         Some(echoed) if echoed >= current => echoed.saturating_add(jitter(now_ms)),
@@ -44,5 +56,10 @@ mod tests {
             let far: u64 = next(now, Some("500")).parse().unwrap();
             assert!(far > 500);
         }
+        assert!(echo_is_behind(now, None));
+        assert!(echo_is_behind(now, Some("1")));
+        assert!(echo_is_behind(now, Some("not-a-number")));
+        assert!(!echo_is_behind(now, Some("2")));
+        assert!(!echo_is_behind(now, Some("500")));
     }
 }

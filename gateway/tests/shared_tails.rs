@@ -1,0 +1,380 @@
+//! Shared tails against a real `ursula-node` process: the gateway's SSE clients that follow
+//! a stream from the same position share one subscription to the node, and each still sees
+//! exactly what the node would have sent it.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use support::{Http, start_gateway};
+
+mod support;
+
+const TEXT: (&str, &str) = ("content-type", "text/plain");
+
+struct Node {
+    child: Child,
+    addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Node {
+    fn start() -> Self {
+        let binary =
+            PathBuf::from(env!("CARGO_BIN_EXE_ursula-gateway")).with_file_name("ursula-node");
+        assert!(
+            binary.exists(),
+            "{binary:?} is missing: build the workspace"
+        );
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = dir.path().join("node.toml");
+        std::fs::write(
+            &config,
+            "[raft.wal]\nmin_available_size = 1048576\nresume_available_size = 2097152\n",
+        )
+        .expect("config");
+        let mut child = Command::new(binary)
+            .arg("--config")
+            .arg(&config)
+            .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn ursula-node");
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let addr = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .find_map(|line| {
+                let rest = &line[line.find("ursula-node serving")?..];
+                let rest = &rest[rest.find("client=")? + "client=".len()..];
+                rest.split(' ').next()?.trim_matches('"').parse().ok()
+            })
+            .expect("the node reported its address");
+        std::thread::spawn(move || for _ in lines {});
+        Self {
+            child,
+            addr,
+            _dir: dir,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An SSE response read event by event.
+struct Subscriber {
+    body: Incoming,
+    buffer: String,
+}
+
+#[derive(Debug, Default)]
+struct Seen {
+    data: String,
+    /// `streamNextOffset` of each control event, in order.
+    offsets: Vec<String>,
+    closed: bool,
+}
+
+impl Subscriber {
+    async fn open(url: &str) -> Self {
+        let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+        let request = Request::get(url).body(Empty::new()).expect("request");
+        let response = client.request(request).await.expect("SSE request");
+        assert_eq!(response.status(), StatusCode::OK, "{url}");
+        assert_eq!(
+            response.headers()["content-type"],
+            "text/event-stream",
+            "{url}"
+        );
+        Self {
+            body: response.into_body(),
+            buffer: String::new(),
+        }
+    }
+
+    /// The next event, or `None` when the response ended.
+    async fn event(&mut self) -> Option<String> {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                return Some(self.buffer.drain(..end + 2).collect());
+            }
+            let frame = tokio::time::timeout(Duration::from_secs(10), self.body.frame())
+                .await
+                .expect("an event within 10 s")?;
+            if let Ok(data) = frame.expect("body").into_data() {
+                self.buffer
+                    .push_str(std::str::from_utf8(&data).expect("utf-8"));
+            }
+        }
+    }
+
+    /// The control event that must come next.
+    async fn control(&mut self) -> serde_json::Value {
+        let event = self.event().await.expect("an event");
+        let json = event
+            .strip_prefix("event: control\ndata:")
+            .unwrap_or_else(|| panic!("not a control event: {event:?}"));
+        serde_json::from_str(json.trim_end()).expect("control JSON")
+    }
+
+    /// Events until a control event at `offset` (or the end), with what they said.
+    async fn until(&mut self, offset: &str) -> Seen {
+        let mut seen = Seen::default();
+        while let Some(event) = self.event().await {
+            if let Some(data) = event.strip_prefix("event: data\n") {
+                for line in data.lines().filter_map(|l| l.strip_prefix("data:")) {
+                    seen.data.push_str(line);
+                }
+            } else if let Some(json) = event.strip_prefix("event: control\ndata:") {
+                let control: serde_json::Value = serde_json::from_str(json.trim_end()).unwrap();
+                seen.closed |= control["streamClosed"] == true;
+                let at = control["streamNextOffset"].as_str().unwrap().to_owned();
+                seen.offsets.push(at.clone());
+                if at == offset {
+                    break;
+                }
+            }
+        }
+        seen
+    }
+}
+
+async fn metric(admin: SocketAddr, name: &str) -> u64 {
+    let reply = Http::new()
+        .request("GET", &format!("http://{admin}/metrics"), &[], "")
+        .await
+        .expect("metrics");
+    String::from_utf8_lossy(&reply.body)
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} "))?.parse().ok())
+        .unwrap_or_else(|| panic!("no metric {name}"))
+}
+
+async fn append(http: &Http, url: &str, body: &str) -> String {
+    let reply = http
+        .request("POST", url, &[TEXT], body)
+        .await
+        .expect("append");
+    assert_eq!(reply.status, StatusCode::NO_CONTENT);
+    reply
+        .header("stream-next-offset")
+        .expect("offset")
+        .to_owned()
+}
+
+/// A node, a gateway in front of it, and a text stream `/demo/s` holding "a".
+async fn setup() -> (Node, ursula_gateway::Running, Http, String) {
+    let node = Node::start();
+    let gateway = start_gateway(vec![node.url()], |_| {}).await;
+    let http = Http::new();
+    let base = format!("http://{}", gateway.addr);
+    for (path, body) in [("/demo", ""), ("/demo/s", "a")] {
+        let reply = http
+            .request("PUT", &format!("{base}{path}"), &[TEXT], body)
+            .await
+            .expect("create");
+        assert_eq!(reply.status, StatusCode::CREATED, "{path}");
+    }
+    (node, gateway, http, base)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_at_the_tail_share_one_subscription_and_see_what_the_node_sends() {
+    let (node, gateway, http, base) = setup().await;
+    let stream = format!("{base}/demo/s");
+
+    let mut first = Subscriber::open(&format!("{stream}?offset=now&live=sse")).await;
+    let announced = first.control().await;
+    let tail = announced["streamNextOffset"].as_str().unwrap().to_owned();
+    assert_eq!(announced["upToDate"], true);
+
+    let mut others = Vec::new();
+    for i in 0..15 {
+        let url = if i % 3 == 0 {
+            format!("{stream}?live=sse&offset={tail}")
+        } else {
+            format!("{stream}?offset=now&live=sse")
+        };
+        others.push(Subscriber::open(&url).await);
+    }
+    for other in &mut others {
+        let control = other.control().await;
+        assert_eq!(control["streamNextOffset"], tail.as_str());
+        assert_eq!(control["upToDate"], true);
+        assert!(
+            control["streamCursor"]
+                .as_str()
+                .unwrap()
+                .parse::<u64>()
+                .is_ok()
+        );
+    }
+    let mut direct =
+        Subscriber::open(&format!("{}/demo/s?offset={tail}&live=sse", node.url())).await;
+    direct.control().await;
+
+    let mut offsets = Vec::new();
+    for text in ["m1", "m2", "m3"] {
+        offsets.push(append(&http, &stream, text).await);
+    }
+    let last = offsets.last().unwrap().clone();
+    let expected = direct.until(&last).await;
+    assert_eq!(expected.data, "m1m2m3");
+    for subscriber in std::iter::once(&mut first).chain(others.iter_mut()) {
+        let seen = subscriber.until(&last).await;
+        assert_eq!(seen.data, expected.data);
+        assert_eq!(seen.offsets.last(), Some(&last));
+        assert!(seen.offsets.iter().all(|o| offsets.contains(o)), "{seen:?}");
+    }
+    assert_eq!(
+        metric(
+            gateway.admin_addr,
+            "ursula_gateway_shared_tails_opened_total"
+        )
+        .await,
+        1
+    );
+    assert_eq!(
+        metric(gateway.admin_addr, "ursula_gateway_shared_tail_joins_total").await,
+        15
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offset_now_starts_after_every_acknowledged_append() {
+    let (_node, gateway, http, base) = setup().await;
+    let stream = format!("{base}/demo/s");
+    let created_at = http
+        .request("HEAD", &stream, &[], "")
+        .await
+        .expect("head")
+        .header("stream-next-offset")
+        .expect("offset")
+        .to_owned();
+    let mut shared = Subscriber::open(&format!("{stream}?offset=now&live=sse")).await;
+    shared.control().await;
+
+    for i in 0..20 {
+        let acknowledged = append(&http, &stream, &format!("x{i}")).await;
+        let mut late = Subscriber::open(&format!("{stream}?offset=now&live=sse")).await;
+        let control = late.control().await;
+        assert_eq!(
+            control["streamNextOffset"],
+            acknowledged.as_str(),
+            "round {i}"
+        );
+        let next = append(&http, &stream, &format!("y{i}")).await;
+        let seen = late.until(&next).await;
+        assert_eq!(seen.data, format!("y{i}"), "round {i}: {seen:?}");
+    }
+    assert!(
+        metric(gateway.admin_addr, "ursula_gateway_shared_tail_joins_total").await >= 10,
+        "most late clients joined the shared subscription"
+    );
+    // A large append keeps the shared subscription behind the tail for a while after it is
+    // acknowledged: a client at `now` must still start after it.
+    let large = "z".repeat(3 << 20);
+    let acknowledged = append(&http, &stream, &large).await;
+    let mut late = Subscriber::open(&format!("{stream}?offset=now&live=sse")).await;
+    assert_eq!(
+        late.control().await["streamNextOffset"],
+        acknowledged.as_str()
+    );
+    let next = append(&http, &stream, "after").await;
+    assert_eq!(late.until(&next).await.data, "after");
+
+    // A client behind the shared position is served from its own offset.
+    let mut behind = Subscriber::open(&format!("{stream}?offset={created_at}&live=sse")).await;
+    let tail = http
+        .request("HEAD", &stream, &[], "")
+        .await
+        .expect("head")
+        .header("stream-next-offset")
+        .expect("offset")
+        .to_owned();
+    let seen = behind.until(&tail).await;
+    let mut all: String = (0..20).map(|i| format!("x{i}y{i}")).collect();
+    all.push_str(&large);
+    all.push_str("after");
+    assert_eq!(seen.data, all);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_the_stream_ends_every_client_and_later_ones_are_told_it_closed() {
+    let (_node, gateway, http, base) = setup().await;
+    let stream = format!("{base}/demo/s");
+    let mut subscribers = Vec::new();
+    for _ in 0..5 {
+        let mut subscriber = Subscriber::open(&format!("{stream}?offset=now&live=sse")).await;
+        subscriber.control().await;
+        subscribers.push(subscriber);
+    }
+    let closed = http
+        .request("POST", &stream, &[TEXT, ("stream-closed", "true")], "last")
+        .await
+        .expect("close");
+    assert_eq!(closed.status, StatusCode::NO_CONTENT);
+    for subscriber in &mut subscribers {
+        let seen = subscriber.until("").await;
+        assert_eq!(seen.data, "last");
+        assert!(seen.closed, "{seen:?}");
+        assert_eq!(subscriber.event().await, None, "the response ends");
+    }
+    let mut later = Subscriber::open(&format!("{stream}?offset=now&live=sse")).await;
+    assert_eq!(later.control().await["streamClosed"], true);
+    assert_eq!(later.event().await, None);
+    assert_eq!(
+        metric(gateway.admin_addr, "ursula_gateway_shared_tail_joins_total").await,
+        4
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_nobody_follows_any_more_is_let_go() {
+    let (_node, gateway, http, base) = setup().await;
+    let stream = format!("{base}/demo/s");
+    let url = format!("{stream}?offset=now&live=sse");
+    let mut subscribers = Vec::new();
+    for _ in 0..3 {
+        let mut subscriber = Subscriber::open(&url).await;
+        subscriber.control().await;
+        subscribers.push(subscriber);
+    }
+    drop(subscribers);
+    // The gateway notices on its next write to them at the latest.
+    append(&http, &stream, "b").await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut next = Subscriber::open(&url).await;
+    let control = next.control().await;
+    assert_eq!(control["upToDate"], true);
+    assert_eq!(
+        metric(
+            gateway.admin_addr,
+            "ursula_gateway_shared_tails_opened_total"
+        )
+        .await,
+        2,
+        "a new subscription, not the abandoned one"
+    );
+}
