@@ -5,7 +5,7 @@
 #
 # Usage: e2e/bench/run.sh [--rounds N] [--duration 10s] [--soak SECONDS] [--gateway]
 #   --gateway  also measure ursula-gateway's overhead: appends direct vs through it, and SSE
-#              fan-out to 1,000 subscribers through it
+#              fan-out to 1,000 subscribers directly and through it
 # Prints one JSON line per measurement and a summary with ratios.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -94,7 +94,9 @@ if [ "$gateway" = 1 ]; then
     "$bench" --url http://127.0.0.1:4547 --label gateway append --duration "$duration" \
       --server-pids "$ursula_pid,$gateway_pid" | tee -a "$gw"
   done
+  "$bench" --url http://127.0.0.1:4537 --label direct sse --subscribers 1000 --duration "$duration" | tee -a "$gw"
   "$bench" --url http://127.0.0.1:4547 --label gateway sse --subscribers 1000 --duration "$duration" | tee -a "$gw"
+  curl -s http://127.0.0.1:4548/metrics | grep -E '^ursula_gateway_shared_tail' | tee "$work/tails.txt"
   python3 - "$gw" <<'PY'
 import json, sys, statistics
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
@@ -104,8 +106,9 @@ d, g = med("direct", "appends_per_sec"), med("gateway", "appends_per_sec")
 print(f"\ngateway: {g:.0f}/s vs direct {d:.0f}/s: {g / d:.2f}x; p99 {med('gateway','p99_ms'):.3f} vs {med('direct','p99_ms'):.3f} ms (added {med('gateway','p99_ms') - med('direct','p99_ms'):.3f} ms)")
 dc, gc = med("direct", "server_cpu_us_per_append"), med("gateway", "server_cpu_us_per_append")
 print(f"server CPU per append: node alone {dc:.1f} µs; node + gateway {gc:.1f} µs (the gateway adds {gc - dc:.1f} µs)")
-s = [r for r in rows if r["bench"] == "sse"][0]
-print(f"gateway SSE 1,000 subscribers: p50 {s['p50_ms']:.3f} ms p99 {s['p99_ms']:.3f} ms, delivered {s['deliveries']}/{s['expected_deliveries']}")
+for label in ("direct", "gateway"):
+    s = [r for r in rows if r["bench"] == "sse" and r["label"] == label][0]
+    print(f"SSE 1,000 subscribers, {label:7}: p50 {s['p50_ms']:.3f} ms p99 {s['p99_ms']:.3f} ms, delivered {s['deliveries']}/{s['expected_deliveries']}")
 PY
 fi
 

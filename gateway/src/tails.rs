@@ -32,8 +32,10 @@ use ursula_wire::{cursor, headers};
 
 use crate::proxy::{Body, Gateway, Prepared, Refusal};
 
-/// Events a client may fall behind the others by before its response is ended.
-const BACKLOG: usize = 1024;
+/// Events a client may fall behind the others by before its response is ended. Each shard
+/// keeps its last `BACKLOG` events (shared, not copied, between shards), and an event can be
+/// up to the node's `read_chunk_size`, so this also bounds a subscription's memory.
+const BACKLOG: usize = 128;
 /// Clients are spread over this many channels per subscription. Every client re-registers
 /// with its channel after each event, under the channel's lock, while the relay is waking the
 /// others under the same lock: with 1,000 clients on one channel, that contention (and the
