@@ -93,13 +93,23 @@ struct Seen {
     data: String,
     /// `streamNextOffset` of each control event, in order.
     offsets: Vec<String>,
+    /// `streamCursor` of each control event that has one.
+    cursors: Vec<u64>,
     closed: bool,
 }
 
 impl Subscriber {
     async fn open(url: &str) -> Self {
+        Self::open_with(url, &[]).await.0
+    }
+
+    async fn open_with(url: &str, headers: &[(&str, &str)]) -> (Self, http::HeaderMap) {
         let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-        let request = Request::get(url).body(Empty::new()).expect("request");
+        let mut request = Request::get(url);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let request = request.body(Empty::new()).expect("request");
         let response = client.request(request).await.expect("SSE request");
         assert_eq!(response.status(), StatusCode::OK, "{url}");
         assert_eq!(
@@ -107,10 +117,12 @@ impl Subscriber {
             "text/event-stream",
             "{url}"
         );
-        Self {
+        let headers = response.headers().clone();
+        let subscriber = Self {
             body: response.into_body(),
             buffer: String::new(),
-        }
+        };
+        (subscriber, headers)
     }
 
     /// The next event, or `None` when the response ended.
@@ -149,6 +161,10 @@ impl Subscriber {
             } else if let Some(json) = event.strip_prefix("event: control\ndata:") {
                 let control: serde_json::Value = serde_json::from_str(json.trim_end()).unwrap();
                 seen.closed |= control["streamClosed"] == true;
+                if let Some(cursor) = control["streamCursor"].as_str() {
+                    seen.cursors
+                        .push(cursor.parse().expect("a cursor in digits"));
+                }
                 let at = control["streamNextOffset"].as_str().unwrap().to_owned();
                 seen.offsets.push(at.clone());
                 if at == offset {
@@ -376,5 +392,100 @@ async fn a_subscription_nobody_follows_any_more_is_let_go() {
         .await,
         2,
         "a new subscription, not the abandoned one"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_echoed_a_cursor_gets_greater_ones_of_its_own() {
+    let (_node, gateway, http, base) = setup().await;
+    let stream = format!("{base}/demo/s");
+    let mut plain = Subscriber::open(&format!("{stream}?offset=now&live=sse")).await;
+    let current: u64 = plain.control().await["streamCursor"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // As the Durable Streams client reconnects: with the cursor it was last given.
+    let echo = current + 5;
+    let mut echoing =
+        Subscriber::open(&format!("{stream}?offset=now&live=sse&cursor={echo}")).await;
+    let first: u64 = echoing.control().await["streamCursor"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(first > echo, "{first} > {echo}");
+    let mut last = String::new();
+    for text in ["c1", "c2", "c3"] {
+        last = append(&http, &stream, text).await;
+    }
+    let seen = echoing.until(&last).await;
+    assert_eq!(seen.data, "c1c2c3");
+    assert!(!seen.cursors.is_empty());
+    assert!(seen.cursors.iter().all(|c| *c > echo), "{seen:?}");
+    let seen = plain.until(&last).await;
+    assert_eq!(seen.data, "c1c2c3");
+    assert!(seen.cursors.iter().all(|c| *c <= current + 1), "{seen:?}");
+    assert_eq!(
+        metric(gateway.admin_addr, "ursula_gateway_shared_tail_joins_total").await,
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joining_clients_keep_a_sliding_ttl_alive_as_their_own_reads_would() {
+    let (_node, gateway, http, base) = setup().await;
+    let stream = format!("{base}/demo/ttl");
+    let created = http
+        .request("PUT", &stream, &[TEXT, ("stream-ttl", "1")], "")
+        .await
+        .expect("create");
+    assert_eq!(created.status, StatusCode::CREATED);
+    let url = format!("{stream}?offset=now&live=sse");
+    let mut subscribers = vec![Subscriber::open(&url).await];
+    // Longer than the TTL, read only by clients joining the shared subscription.
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut joining = Subscriber::open(&url).await;
+        assert_eq!(joining.control().await["upToDate"], true);
+        subscribers.push(joining);
+    }
+    let head = http.request("HEAD", &stream, &[], "").await.expect("head");
+    assert_eq!(head.status, StatusCode::OK, "the stream is still alive");
+    assert_eq!(
+        metric(
+            gateway.admin_addr,
+            "ursula_gateway_shared_tails_opened_total"
+        )
+        .await,
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn browsers_get_cors_headers_whoever_opened_the_subscription() {
+    let (_node, gateway, _http, base) = setup().await;
+    let url = format!("{base}/demo/s?offset=now&live=sse");
+    let (_server_side, headers) = Subscriber::open_with(&url, &[]).await;
+    assert!(!headers.contains_key("access-control-allow-origin"));
+    let origin = [("origin", "https://app.example")];
+    let mut browsers = Vec::new();
+    for _ in 0..3 {
+        let (mut browser, headers) = Subscriber::open_with(&url, &origin).await;
+        assert_eq!(headers["access-control-allow-origin"], "*");
+        browser.control().await;
+        browsers.push(browser);
+    }
+    assert_eq!(
+        metric(
+            gateway.admin_addr,
+            "ursula_gateway_shared_tails_opened_total"
+        )
+        .await,
+        2
+    );
+    assert_eq!(
+        metric(gateway.admin_addr, "ursula_gateway_shared_tail_joins_total").await,
+        2
     );
 }

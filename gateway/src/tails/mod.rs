@@ -1,0 +1,415 @@
+//! Shared tails: the clients of this gateway that follow one stream with SSE from the same
+//! position share one subscription to the node, whose events the gateway fans out.
+//!
+//! Without sharing, 1,000 subscribers of one stream are 1,000 subscriptions upstream: the node
+//! writes each event 1,000 times and the gateway reads it 1,000 times before it writes it
+//! 1,000 times. Shared, the node writes it once and the gateway reads it once.
+//!
+//! A client joins a subscription only where the node itself would start it: at the
+//! subscription's position (the `streamNextOffset` of the last control event relayed), when
+//! that is the client's `offset`, or, for `offset=now`, the tail a read of the stream at
+//! `offset=now` shows (that read also resets a sliding TTL, as the client's own request
+//! would). Events are relayed whole, each data event together with the control event after
+//! it, so a client that joins between two of them misses nothing and sees nothing twice. A
+//! joining client is first sent a control event of its own, as the node would send it; a
+//! client that echoed a cursor the node would bump gets control events with cursors of its
+//! own. A client too slow to keep up is ended (it resumes from its last `streamNextOffset`,
+//! as after any ended SSE response) and never holds the others up. When the node ends the
+//! subscription (the stream closed, `sse_max_duration`, a restart) every client's response
+//! ends with it.
+
+mod events;
+mod request;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::Frame;
+use parking_lot::Mutex;
+use tokio::sync::{broadcast, watch};
+use tokio::time::Instant;
+use ursula_wire::{cursor, headers};
+
+use crate::proxy::{Body, Gateway, Prepared, Refusal};
+use events::{Batch, Events, control_event};
+use request::Start;
+pub(crate) use request::TailRequest;
+
+/// Events a client may fall behind the others by before its response is ended. Each shard
+/// keeps its last `BACKLOG` events (shared, not copied, between shards), and an event can be
+/// up to the node's `read_chunk_size`, so this also bounds a subscription's memory.
+const BACKLOG: usize = 128;
+/// Clients are spread over this many channels per subscription. Every client re-registers
+/// with its channel after each event, under the channel's lock, while the relay is waking the
+/// others under the same lock: with 1,000 clients on one channel, that contention (and the
+/// thread parking it causes) cost more delivery latency than the relay's extra sends.
+const SHARDS: usize = 16;
+/// How long a client waits for the subscription it would join to be answered.
+const OPEN_WAIT: Duration = Duration::from_secs(10);
+/// How long a client waits for the subscription to reach the client's offset (an event
+/// already on its way) before it subscribes on its own.
+const CATCH_UP_WAIT: Duration = Duration::from_millis(250);
+
+type Open = Arc<Mutex<HashMap<String, Arc<Tail>>>>;
+
+/// The subscriptions this gateway shares, by stream and query (`offset` and `cursor` aside).
+#[derive(Default)]
+pub struct Tails {
+    open: Open,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The cursor the node gives a client that echoed `echo`.
+fn cursor_for(echo: Option<u64>) -> String {
+    cursor::next(now_ms(), echo.map(|e| e.to_string()).as_deref())
+}
+
+/// One subscription to the node and the clients it is relayed to.
+struct Tail {
+    state: Mutex<TailState>,
+    /// Batches of whole events, in order, each sent on every shard. Sent, and subscribed to,
+    /// only under `state`'s lock, so that a client's first batch is the one after the
+    /// position it joined at.
+    shards: Vec<broadcast::Sender<Arc<Batch>>>,
+    next_shard: AtomicUsize,
+    /// Bumped whenever `state` changes, for clients waiting to join.
+    changes: watch::Sender<u64>,
+}
+
+#[derive(Default)]
+struct TailState {
+    phase: Phase,
+    /// The node's answer, given to every client.
+    head: Option<(StatusCode, HeaderMap)>,
+    /// `streamNextOffset` of the last control event relayed; `None` after one that closed
+    /// the stream or could not be read.
+    position: Option<String>,
+}
+
+#[derive(Default, PartialEq, Eq)]
+enum Phase {
+    #[default]
+    Opening,
+    Open,
+    Ended,
+}
+
+impl Tail {
+    fn new() -> Self {
+        Self {
+            state: Mutex::new(TailState::default()),
+            shards: (0..SHARDS).map(|_| broadcast::channel(BACKLOG).0).collect(),
+            next_shard: AtomicUsize::new(0),
+            changes: watch::channel(0).0,
+        }
+    }
+
+    /// Call with `state` locked.
+    fn subscribe(&self) -> broadcast::Receiver<Arc<Batch>> {
+        let shard = self.next_shard.fetch_add(1, Ordering::Relaxed) % self.shards.len();
+        self.shards[shard].subscribe()
+    }
+
+    /// Call with `state` locked.
+    fn send(&self, batch: &Arc<Batch>) {
+        for shard in &self.shards {
+            // A shard without clients refuses the batch; nobody is missing it.
+            let _ = shard.send(batch.clone());
+        }
+    }
+
+    fn clients(&self) -> usize {
+        self.shards
+            .iter()
+            .map(broadcast::Sender::receiver_count)
+            .sum()
+    }
+
+    /// Resolves once every shard has been without clients (maybe not all at once).
+    async fn emptied(&self) {
+        futures_util::future::join_all(self.shards.iter().map(broadcast::Sender::closed)).await;
+    }
+
+    fn notify(&self) {
+        self.changes.send_modify(|n| *n += 1);
+    }
+
+    fn end(&self) {
+        self.state.lock().phase = Phase::Ended;
+        self.notify();
+    }
+}
+
+/// Ends and forgets a tail unless the node answered its opening client with an event
+/// stream, so that the clients waiting for it, and those after them, do not wait on a
+/// subscription nobody opens (the opening client went away, or was answered otherwise).
+struct Opening {
+    open: Open,
+    key: String,
+    tail: Arc<Tail>,
+    done: bool,
+}
+
+impl Drop for Opening {
+    fn drop(&mut self) {
+        if !self.done {
+            forget(&self.open, &self.key, &self.tail);
+        }
+    }
+}
+
+fn forget(open: &Open, key: &str, tail: &Arc<Tail>) {
+    tail.end();
+    let mut open = open.lock();
+    if open.get(key).is_some_and(|t| Arc::ptr_eq(t, tail)) {
+        open.remove(key);
+    }
+}
+
+impl Tails {
+    pub(crate) async fn serve(
+        &self,
+        gateway: &Gateway,
+        mut prepared: Prepared,
+        request: TailRequest,
+    ) -> Result<Response<Body>, Refusal> {
+        let joining = {
+            let mut open = self.open.lock();
+            match open.get(&request.key) {
+                Some(tail) if tail.state.lock().phase != Phase::Ended => Ok(tail.clone()),
+                _ => {
+                    let tail = Arc::new(Tail::new());
+                    open.insert(request.key.clone(), tail.clone());
+                    Err(Opening {
+                        open: self.open.clone(),
+                        key: request.key.clone(),
+                        tail,
+                        done: false,
+                    })
+                }
+            }
+        };
+        match joining {
+            Err(opening) => {
+                prepared.path_and_query = request.upstream_path_and_query;
+                open_tail(gateway, &prepared, opening, request.echo).await
+            }
+            Ok(tail) => match join(gateway, &prepared, &request, &tail).await {
+                Some(response) => {
+                    gateway
+                        .metrics
+                        .shared_tail_joins
+                        .fetch_add(1, Ordering::Relaxed);
+                    Ok(response)
+                }
+                None => gateway.send(&prepared).await,
+            },
+        }
+    }
+}
+
+/// Subscribes on behalf of this client and of those that join it later.
+async fn open_tail(
+    gateway: &Gateway,
+    prepared: &Prepared,
+    mut opening: Opening,
+    echo: Option<u64>,
+) -> Result<Response<Body>, Refusal> {
+    let answer = gateway.send(prepared).await?;
+    let is_event_stream = answer
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    if answer.status() != StatusCode::OK || !is_event_stream {
+        return Ok(answer);
+    }
+    gateway
+        .metrics
+        .shared_tails_opened
+        .fetch_add(1, Ordering::Relaxed);
+    let (parts, upstream) = answer.into_parts();
+    let tail = opening.tail.clone();
+    let first = {
+        let mut state = tail.state.lock();
+        state.phase = Phase::Open;
+        let mut head = parts.headers.clone();
+        // Each client's answer gets its own date.
+        head.remove(header::DATE);
+        state.head = Some((parts.status, head));
+        tail.subscribe()
+    };
+    tail.notify();
+    opening.done = true;
+    tokio::spawn(relay(
+        opening.open.clone(),
+        opening.key.clone(),
+        tail,
+        upstream,
+    ));
+    Ok(Response::from_parts(parts, client_body(None, first, echo)))
+}
+
+/// Joins `tail` where the node would start this client, or `None` if it cannot.
+async fn join(
+    gateway: &Gateway,
+    prepared: &Prepared,
+    request: &TailRequest,
+    tail: &Tail,
+) -> Option<Response<Body>> {
+    let mut changes = tail.changes.subscribe();
+    let stream_tail = read_tail(gateway, prepared).await?;
+    let target = match &request.start {
+        Start::At(offset) => offset.as_str(),
+        Start::Now => stream_tail.as_str(),
+    };
+    let mut deadline = Instant::now() + OPEN_WAIT;
+    loop {
+        {
+            let state = tail.state.lock();
+            match state.phase {
+                Phase::Ended => return None,
+                Phase::Opening => {}
+                Phase::Open => match state.position.as_deref() {
+                    Some(position) if position == target => {
+                        let (status, headers) = state.head.clone()?;
+                        let first = control_event(
+                            position,
+                            &cursor_for(request.echo),
+                            position == stream_tail,
+                        );
+                        let events = tail.subscribe();
+                        drop(state);
+                        let body = client_body(Some(first), events, request.echo);
+                        let mut response = Response::new(body);
+                        *response.status_mut() = status;
+                        *response.headers_mut() = headers;
+                        return Some(response);
+                    }
+                    Some(position) if position > target => return None,
+                    _ => deadline = deadline.min(Instant::now() + CATCH_UP_WAIT),
+                },
+            }
+        }
+        match tokio::time::timeout_at(deadline, changes.changed()).await {
+            Ok(Ok(())) => {}
+            _ => return None,
+        }
+    }
+}
+
+/// The stream's tail now, by a read at `offset=now` sent under the redirect rule like any
+/// other request. It also resets the stream's sliding TTL, as the client's own read would.
+async fn read_tail(gateway: &Gateway, prepared: &Prepared) -> Option<String> {
+    let path_and_query = format!("{}?offset=now", prepared.path);
+    let mut request = Request::builder()
+        .method(Method::GET)
+        .uri(path_and_query.as_str())
+        .body(())
+        .ok()?;
+    *request.headers_mut() = prepared.parts.headers.clone();
+    let read = Prepared {
+        parts: request.into_parts().0,
+        path: prepared.path.clone(),
+        path_and_query,
+        body: Bytes::new(),
+        origin: None,
+        write: false,
+    };
+    let answer = gateway.send(&read).await.ok()?;
+    if answer.status() != StatusCode::OK {
+        return None;
+    }
+    let offset = answer.headers().get(headers::STREAM_NEXT_OFFSET)?;
+    offset
+        .to_str()
+        .ok()
+        .filter(|o| request::is_offset(o))
+        .map(str::to_owned)
+}
+
+/// One client's events: `first` (its own control event, when it joined), then every batch,
+/// as the node sent it or, when the client echoed a cursor the node would bump, with control
+/// events carrying its own cursors.
+fn client_body(
+    first: Option<Bytes>,
+    events: broadcast::Receiver<Arc<Batch>>,
+    echo: Option<u64>,
+) -> Body {
+    let queue: VecDeque<Bytes> = first.into_iter().collect();
+    let frames = futures_util::stream::unfold((queue, events), move |(mut queue, mut events)| {
+        async move {
+            while queue.is_empty() {
+                // Closed: the subscription ended. Lagged: this client fell `BACKLOG` batches
+                // behind; it resumes from its last control event.
+                let batch = events.recv().await.ok()?;
+                match echo {
+                    Some(echo) if echo >= cursor::interval(now_ms()) => {
+                        batch.render(|| cursor_for(Some(echo)), &mut queue);
+                    }
+                    _ => queue.push_back(batch.bytes.clone()),
+                }
+            }
+            let next = queue.pop_front()?;
+            Some((Ok(Frame::data(next)), (queue, events)))
+        }
+    });
+    StreamBody::new(frames).boxed_unsync()
+}
+
+/// Reads the node's events and relays them whole until the node ends the subscription or the
+/// last client leaves.
+async fn relay(open: Open, key: String, tail: Arc<Tail>, mut upstream: Body) {
+    let mut pending = Events::default();
+    loop {
+        let frame = tokio::select! {
+            frame = upstream.frame() => frame,
+            () = tail.emptied() => {
+                // A client may have joined since; it is checked under the lock joins take.
+                let mut state = tail.state.lock();
+                if tail.clients() == 0 {
+                    state.phase = Phase::Ended;
+                    break;
+                }
+                continue;
+            }
+        };
+        let Some(Ok(frame)) = frame else {
+            // Nobody joins from here on: what the node did not send will not come.
+            tail.state.lock().phase = Phase::Ended;
+            break;
+        };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        pending.push(&data);
+        if let Some(batch) = pending.release() {
+            {
+                let mut state = tail.state.lock();
+                if let Some(at) = batch.last_control() {
+                    // After the closing control event nobody joins: the node ends the
+                    // subscription, and a client that comes now must be told it closed.
+                    state.position = at
+                        .control
+                        .as_ref()
+                        .filter(|c| !c.closed)
+                        .map(|c| c.next_offset.clone());
+                }
+                tail.send(&Arc::new(batch));
+            }
+            tail.notify();
+        }
+    }
+    forget(&open, &key, &tail);
+}
