@@ -187,6 +187,28 @@ async fn metric(admin: SocketAddr, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no metric {name}"))
 }
 
+/// The stream's tail, as a HEAD shows it.
+async fn tail_of(http: &Http, stream: &str) -> String {
+    let reply = http.request("HEAD", stream, &[], "").await.expect("head");
+    assert_eq!(reply.status, StatusCode::OK);
+    reply
+        .header("stream-next-offset")
+        .expect("offset")
+        .to_owned()
+}
+
+/// Subscriptions opened, and clients that joined one.
+async fn shared(gateway: &ursula_gateway::Running) -> (u64, u64) {
+    (
+        metric(
+            gateway.admin_addr,
+            "ursula_gateway_shared_tails_opened_total",
+        )
+        .await,
+        metric(gateway.admin_addr, "ursula_gateway_shared_tail_joins_total").await,
+    )
+}
+
 async fn append(http: &Http, url: &str, body: &str) -> String {
     let reply = http
         .request("POST", url, &[TEXT], body)
@@ -263,33 +285,16 @@ async fn clients_at_the_tail_share_one_subscription_and_see_what_the_node_sends(
         assert_eq!(seen.offsets.last(), Some(&last));
         assert!(seen.offsets.iter().all(|o| offsets.contains(o)), "{seen:?}");
     }
-    assert_eq!(
-        metric(
-            gateway.admin_addr,
-            "ursula_gateway_shared_tails_opened_total"
-        )
-        .await,
-        1
-    );
-    assert_eq!(
-        metric(gateway.admin_addr, "ursula_gateway_shared_tail_joins_total").await,
-        15
-    );
+    assert_eq!(shared(&gateway).await, (1, 15));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn offset_now_starts_after_every_acknowledged_append() {
     let (_node, gateway, http, base) = setup().await;
     let stream = format!("{base}/demo/s");
-    let created_at = http
-        .request("HEAD", &stream, &[], "")
-        .await
-        .expect("head")
-        .header("stream-next-offset")
-        .expect("offset")
-        .to_owned();
-    let mut shared = Subscriber::open(&format!("{stream}?offset=now&live=sse")).await;
-    shared.control().await;
+    let created_at = tail_of(&http, &stream).await;
+    let mut first = Subscriber::open(&format!("{stream}?offset=now&live=sse")).await;
+    first.control().await;
 
     for i in 0..20 {
         let acknowledged = append(&http, &stream, &format!("x{i}")).await;
@@ -305,7 +310,7 @@ async fn offset_now_starts_after_every_acknowledged_append() {
         assert_eq!(seen.data, format!("y{i}"), "round {i}: {seen:?}");
     }
     assert!(
-        metric(gateway.admin_addr, "ursula_gateway_shared_tail_joins_total").await >= 10,
+        shared(&gateway).await.1 >= 10,
         "most late clients joined the shared subscription"
     );
     // A large append keeps the shared subscription behind the tail for a while after it is
@@ -322,13 +327,7 @@ async fn offset_now_starts_after_every_acknowledged_append() {
 
     // A client behind the shared position is served from its own offset.
     let mut behind = Subscriber::open(&format!("{stream}?offset={created_at}&live=sse")).await;
-    let tail = http
-        .request("HEAD", &stream, &[], "")
-        .await
-        .expect("head")
-        .header("stream-next-offset")
-        .expect("offset")
-        .to_owned();
+    let tail = tail_of(&http, &stream).await;
     let seen = behind.until(&tail).await;
     let mut all: String = (0..20).map(|i| format!("x{i}y{i}")).collect();
     all.push_str(&large);
@@ -360,10 +359,7 @@ async fn closing_the_stream_ends_every_client_and_later_ones_are_told_it_closed(
     let mut later = Subscriber::open(&format!("{stream}?offset=now&live=sse")).await;
     assert_eq!(later.control().await["streamClosed"], true);
     assert_eq!(later.event().await, None);
-    assert_eq!(
-        metric(gateway.admin_addr, "ursula_gateway_shared_tail_joins_total").await,
-        4
-    );
+    assert_eq!(shared(&gateway).await.1, 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -385,11 +381,7 @@ async fn a_subscription_nobody_follows_any_more_is_let_go() {
     let control = next.control().await;
     assert_eq!(control["upToDate"], true);
     assert_eq!(
-        metric(
-            gateway.admin_addr,
-            "ursula_gateway_shared_tails_opened_total"
-        )
-        .await,
+        shared(&gateway).await.0,
         2,
         "a new subscription, not the abandoned one"
     );
@@ -426,10 +418,7 @@ async fn a_client_that_echoed_a_cursor_gets_greater_ones_of_its_own() {
     let seen = plain.until(&last).await;
     assert_eq!(seen.data, "c1c2c3");
     assert!(seen.cursors.iter().all(|c| *c <= current + 1), "{seen:?}");
-    assert_eq!(
-        metric(gateway.admin_addr, "ursula_gateway_shared_tail_joins_total").await,
-        1
-    );
+    assert_eq!(shared(&gateway).await.1, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -452,14 +441,7 @@ async fn joining_clients_keep_a_sliding_ttl_alive_as_their_own_reads_would() {
     }
     let head = http.request("HEAD", &stream, &[], "").await.expect("head");
     assert_eq!(head.status, StatusCode::OK, "the stream is still alive");
-    assert_eq!(
-        metric(
-            gateway.admin_addr,
-            "ursula_gateway_shared_tails_opened_total"
-        )
-        .await,
-        1
-    );
+    assert_eq!(shared(&gateway).await.0, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -476,16 +458,5 @@ async fn browsers_get_cors_headers_whoever_opened_the_subscription() {
         browser.control().await;
         browsers.push(browser);
     }
-    assert_eq!(
-        metric(
-            gateway.admin_addr,
-            "ursula_gateway_shared_tails_opened_total"
-        )
-        .await,
-        2
-    );
-    assert_eq!(
-        metric(gateway.admin_addr, "ursula_gateway_shared_tail_joins_total").await,
-        2
-    );
+    assert_eq!(shared(&gateway).await, (2, 2));
 }
