@@ -98,12 +98,4 @@ impl Client {
         }
         Err(format!("{path}: too many redirects").into())
     }
-
-    pub async fn open(&self, path: &str) -> Result<hyper::Response<hyper::body::Incoming>, Error> {
-        let request = Request::builder()
-            .method(Method::GET)
-            .uri(self.url(path))
-            .body(Full::new(Bytes::new()))?;
-        Ok(self.inner.request(request).await?)
-    }
 }

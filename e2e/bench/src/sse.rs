@@ -2,10 +2,10 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::Method;
-use http_body_util::BodyExt;
 use tokio::sync::mpsc;
 
 use crate::client::{Client, Error};
+use crate::lean::EventStream;
 use crate::stats::Latencies;
 
 pub struct Options {
@@ -22,23 +22,20 @@ pub async fn run(client: Client, prefix: &str, label: &str, o: Options) -> Resul
     let (ready_tx, mut ready_rx) = mpsc::unbounded_channel::<()>();
     let expected = (o.rate as f64 * o.duration.as_secs_f64()).round() as usize;
     for _ in 0..o.subscribers {
-        let client = client.clone();
-        let path = format!("{path}?offset=now&live=sse");
+        let url = client.url(&format!("{path}?offset=now&live=sse"));
         let tx = tx.clone();
         let ready = ready_tx.clone();
         tokio::spawn(async move {
             let mut samples = Vec::with_capacity(expected);
-            if let Ok(response) = client.open(&path).await {
-                let mut body = response.into_body();
+            if let Ok(mut stream) = EventStream::open(&url).await {
                 let mut events = Events::default();
                 let mut announced = false;
+                let mut data = Vec::with_capacity(4096);
                 while samples.len() < expected {
-                    let Some(Ok(frame)) = body.frame().await else {
+                    data.clear();
+                    if !matches!(stream.next(&mut data).await, Ok(true)) {
                         break;
-                    };
-                    let Ok(data) = frame.into_data() else {
-                        continue;
-                    };
+                    }
                     let now = origin.elapsed().as_nanos() as u64;
                     events.read(&data, |event| {
                         if !announced && event.starts_with(b"event: control") {
