@@ -116,6 +116,7 @@ async fn admin_route(
         "/metrics" => {
             let m = &gateway.metrics;
             let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+            let (tails_open, tail_clients) = gateway.shared_tails();
             (
                 StatusCode::OK,
                 format!(
@@ -124,7 +125,9 @@ async fn admin_route(
                      # TYPE ursula_gateway_refusals_total counter\nursula_gateway_refusals_total {}\n\
                      # TYPE ursula_gateway_link_requests_total counter\nursula_gateway_link_requests_total {}\n\
                      # TYPE ursula_gateway_shared_tails_opened_total counter\nursula_gateway_shared_tails_opened_total {}\n\
-                     # TYPE ursula_gateway_shared_tail_joins_total counter\nursula_gateway_shared_tail_joins_total {}\n",
+                     # TYPE ursula_gateway_shared_tail_joins_total counter\nursula_gateway_shared_tail_joins_total {}\n\
+                     # TYPE ursula_gateway_shared_tails_open gauge\nursula_gateway_shared_tails_open {tails_open}\n\
+                     # TYPE ursula_gateway_shared_tail_clients gauge\nursula_gateway_shared_tail_clients {tail_clients}\n",
                     get(&m.requests),
                     get(&m.redirects_followed),
                     get(&m.refusals),

@@ -139,6 +139,13 @@ fn is_admin_path(path: &str) -> bool {
 }
 
 impl Gateway {
+    /// Shared SSE subscriptions open now, and the clients they are relayed to.
+    pub fn shared_tails(&self) -> (usize, usize) {
+        self.tails
+            .as_ref()
+            .map_or((0, 0), crate::tails::Tails::gauges)
+    }
+
     pub fn new(config: Config, access: Option<Access>) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);

@@ -286,6 +286,22 @@ async fn clients_at_the_tail_share_one_subscription_and_see_what_the_node_sends(
         assert!(seen.offsets.iter().all(|o| offsets.contains(o)), "{seen:?}");
     }
     assert_eq!(shared(&gateway).await, (1, 15));
+    assert_eq!(
+        metric(gateway.admin_addr, "ursula_gateway_shared_tail_clients").await,
+        16
+    );
+    drop(first);
+    drop(others);
+    // The gateway notices the clients left on its next write to them at the latest.
+    append(&http, &stream, "m4").await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while metric(gateway.admin_addr, "ursula_gateway_shared_tails_open").await != 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the subscription is let go"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

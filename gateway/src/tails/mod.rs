@@ -178,6 +178,12 @@ fn forget(open: &Open, key: &str, tail: &Arc<Tail>) {
 }
 
 impl Tails {
+    /// Subscriptions open now, and the clients they are relayed to.
+    pub fn gauges(&self) -> (usize, usize) {
+        let open = self.open.lock();
+        (open.len(), open.values().map(|tail| tail.clients()).sum())
+    }
+
     pub(crate) async fn serve(
         &self,
         gateway: &Gateway,
