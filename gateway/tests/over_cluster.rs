@@ -1,7 +1,8 @@
 //! The gateway in front of a real 3-voter cluster: `ursula-node` processes on loopback (the
 //! binary built next to this crate's, by the workspace build), the gateway in this process.
 //! Writes reach each stream's leader whichever voter the gateway tries first; a leader killed
-//! under load costs clients nothing but retryable 503s; every answer carries the vouch; the
+//! under load costs clients nothing but retryable 503s, and SSE subscribers sharing one
+//! subscription on it reconnect and read every byte once; every answer carries the vouch; the
 //! gateway link answers every request as HTTP does.
 
 use std::net::TcpListener;
@@ -12,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use http::StatusCode;
-use support::{Http, gateway, start_gateway};
+use support::{Http, Seen, Subscriber, gateway, start_gateway};
 
 mod support;
 
@@ -249,6 +250,55 @@ async fn writes_reach_each_leader_through_the_gateway_with_the_vouch() {
     }
 }
 
+/// An SSE client as the Durable Streams client is one: it follows the stream from `now`, and
+/// whenever its response ends or fails it reconnects from the last `streamNextOffset` it was
+/// given. It stops at `last`, once that is known. Answers where it started, what it read, and
+/// how often it reconnected.
+async fn follow(url: String, last: tokio::sync::watch::Receiver<Option<String>>) -> Follower {
+    let mut seen = Seen::default();
+    let mut start = None;
+    let mut at: Option<String> = None;
+    let mut reconnects = 0;
+    loop {
+        let query = match &at {
+            Some(offset) => format!("offset={offset}&live=sse"),
+            None => "offset=now&live=sse".to_owned(),
+        };
+        let Ok((mut subscriber, _)) = Subscriber::try_open(&format!("{url}?{query}"), &[]).await
+        else {
+            // An election, or the gateway's subscription on its way: retry, as a client does.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        loop {
+            if last.borrow().is_some() && *last.borrow() == at {
+                return Follower {
+                    start,
+                    data: seen.data,
+                    reconnects,
+                };
+            }
+            match subscriber.try_event(Duration::from_millis(100)).await {
+                Ok(Some(event)) => {
+                    if let Some(offset) = seen.read(&event) {
+                        start.get_or_insert_with(|| offset.clone());
+                        at = Some(offset);
+                    }
+                }
+                Err(timeout) if timeout == "timeout" => {}
+                Ok(None) | Err(_) => break,
+            }
+        }
+        reconnects += 1;
+    }
+}
+
+struct Follower {
+    start: Option<String>,
+    data: String,
+    reconnects: u32,
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_killed_under_load_costs_only_retryable_503s() {
     let voters = Arc::new(Voters::start());
@@ -325,7 +375,14 @@ async fn a_leader_killed_under_load_costs_only_retryable_503s() {
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    // Subscribers through the gateway, sharing one subscription to the stream's leader (the
+    // upstream the gateway has seen answer its writes): the kill cuts it under them.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (last_tx, last_rx) = tokio::sync::watch::channel(None);
+    let followers: Vec<_> = (0..3)
+        .map(|_| tokio::spawn(follow(format!("{base}/{bucket}/s"), last_rx.clone())))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(400)).await;
     let leader = voters
         .leader_of(&http, group_of(bucket, 4))
         .await
@@ -364,6 +421,34 @@ async fn a_leader_killed_under_load_costs_only_retryable_503s() {
     }
     let total: u64 = acked.iter().map(|(_, count, _)| count).sum();
     assert!(total > 20, "too little load: {acked:?}");
+
+    // Each subscriber read exactly what the stream holds from where it started: nothing lost
+    // or read twice across the kill, however its subscription was served.
+    let tail = read
+        .header("stream-next-offset")
+        .expect("the read's next offset")
+        .to_owned();
+    last_tx.send_replace(Some(tail));
+    let mut reconnects = 0;
+    for follower in followers {
+        let follower = tokio::time::timeout(Duration::from_secs(20), follower)
+            .await
+            .expect("every subscriber reaches the tail")
+            .expect("subscriber");
+        let start = follower
+            .start
+            .expect("the subscriber was told where it started");
+        let from_start = http
+            .request("GET", &format!("{base}/{bucket}/s?offset={start}"), &[], "")
+            .await
+            .expect("read");
+        assert_eq!(from_start.status, StatusCode::OK);
+        let expected: String = String::from_utf8_lossy(&from_start.body).lines().collect();
+        assert_eq!(follower.data, expected);
+        assert!(follower.data.len() > 20, "the subscriber saw the load");
+        reconnects += follower.reconnects;
+    }
+    assert!(reconnects > 0, "the kill cut the subscribers' subscription");
     voters.spawn(leader);
 }
 

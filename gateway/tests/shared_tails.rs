@@ -8,13 +8,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::{Request, StatusCode};
-use http_body_util::{BodyExt, Empty};
-use hyper::body::Incoming;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
-use support::{Http, start_gateway};
+use http::StatusCode;
+use support::{Http, Subscriber, start_gateway};
 
 mod support;
 
@@ -79,100 +74,6 @@ impl Drop for Node {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-/// An SSE response read event by event.
-struct Subscriber {
-    body: Incoming,
-    buffer: String,
-}
-
-#[derive(Debug, Default)]
-struct Seen {
-    data: String,
-    /// `streamNextOffset` of each control event, in order.
-    offsets: Vec<String>,
-    /// `streamCursor` of each control event that has one.
-    cursors: Vec<u64>,
-    closed: bool,
-}
-
-impl Subscriber {
-    async fn open(url: &str) -> Self {
-        Self::open_with(url, &[]).await.0
-    }
-
-    async fn open_with(url: &str, headers: &[(&str, &str)]) -> (Self, http::HeaderMap) {
-        let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-        let mut request = Request::get(url);
-        for (name, value) in headers {
-            request = request.header(*name, *value);
-        }
-        let request = request.body(Empty::new()).expect("request");
-        let response = client.request(request).await.expect("SSE request");
-        assert_eq!(response.status(), StatusCode::OK, "{url}");
-        assert_eq!(
-            response.headers()["content-type"],
-            "text/event-stream",
-            "{url}"
-        );
-        let headers = response.headers().clone();
-        let subscriber = Self {
-            body: response.into_body(),
-            buffer: String::new(),
-        };
-        (subscriber, headers)
-    }
-
-    /// The next event, or `None` when the response ended.
-    async fn event(&mut self) -> Option<String> {
-        loop {
-            if let Some(end) = self.buffer.find("\n\n") {
-                return Some(self.buffer.drain(..end + 2).collect());
-            }
-            let frame = tokio::time::timeout(Duration::from_secs(10), self.body.frame())
-                .await
-                .expect("an event within 10 s")?;
-            if let Ok(data) = frame.expect("body").into_data() {
-                self.buffer
-                    .push_str(std::str::from_utf8(&data).expect("utf-8"));
-            }
-        }
-    }
-
-    /// The control event that must come next.
-    async fn control(&mut self) -> serde_json::Value {
-        let event = self.event().await.expect("an event");
-        let json = event
-            .strip_prefix("event: control\ndata:")
-            .unwrap_or_else(|| panic!("not a control event: {event:?}"));
-        serde_json::from_str(json.trim_end()).expect("control JSON")
-    }
-
-    /// Events until a control event at `offset` (or the end), with what they said.
-    async fn until(&mut self, offset: &str) -> Seen {
-        let mut seen = Seen::default();
-        while let Some(event) = self.event().await {
-            if let Some(data) = event.strip_prefix("event: data\n") {
-                for line in data.lines().filter_map(|l| l.strip_prefix("data:")) {
-                    seen.data.push_str(line);
-                }
-            } else if let Some(json) = event.strip_prefix("event: control\ndata:") {
-                let control: serde_json::Value = serde_json::from_str(json.trim_end()).unwrap();
-                seen.closed |= control["streamClosed"] == true;
-                if let Some(cursor) = control["streamCursor"].as_str() {
-                    seen.cursors
-                        .push(cursor.parse().expect("a cursor in digits"));
-                }
-                let at = control["streamNextOffset"].as_str().unwrap().to_owned();
-                seen.offsets.push(at.clone());
-                if at == offset {
-                    break;
-                }
-            }
-        }
-        seen
     }
 }
 
