@@ -332,6 +332,11 @@ async fn a_client_that_echoed_a_cursor_gets_greater_ones_of_its_own() {
     assert_eq!(seen.data, "c1c2c3");
     assert!(!seen.cursors.is_empty());
     assert!(seen.cursors.iter().all(|c| *c > echo), "{seen:?}");
+    assert!(
+        seen.cursors.windows(2).all(|w| w[0] <= w[1]) && seen.cursors[0] >= first,
+        "cursors never go down: {first} then {:?}",
+        seen.cursors
+    );
     let seen = plain.until(&last).await;
     assert_eq!(seen.data, "c1c2c3");
     assert!(seen.cursors.iter().all(|c| *c <= current + 1), "{seen:?}");

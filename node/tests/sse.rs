@@ -54,3 +54,53 @@ async fn a_session_delivers_appends_and_ends_at_its_maximum_duration() {
         "the session outlived its maximum duration: {took:?}"
     );
 }
+
+/// A client that echoes a cursor at or past the current interval gets greater ones, and
+/// within one session they never go down (the jitter is drawn once, not per event).
+#[tokio::test]
+async fn an_echoed_cursor_is_passed_and_never_goes_down() {
+    let node = start_in_process(|config| {
+        config.server.sse_max_duration = Duration::from_millis(800);
+    })
+    .await;
+    assert_eq!(
+        node.client.put("/demo", &[], "").await.status,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        node.client.put("/demo/c", &[TEXT], "").await.status,
+        StatusCode::CREATED
+    );
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as u64;
+    let echo = ursula_wire::cursor::interval(now_ms) + 3;
+    let appender = node.client.clone();
+    let appends = tokio::spawn(async move {
+        for i in 0..12 {
+            tokio::time::sleep(Duration::from_millis(40)).await;
+            appender.post("/demo/c", &[TEXT], format!("m{i}")).await;
+        }
+    });
+    let events = node
+        .client
+        .get(&format!("/demo/c?offset=-1&live=sse&cursor={echo}"))
+        .await;
+    appends.await.expect("appends");
+    let cursors: Vec<u64> = events
+        .text()
+        .lines()
+        .filter_map(|line| line.strip_prefix("data:{"))
+        .filter_map(|json| {
+            let value: serde_json::Value = serde_json::from_str(&format!("{{{json}")).ok()?;
+            value["streamCursor"].as_str()?.parse().ok()
+        })
+        .collect();
+    assert!(cursors.len() > 5, "control events: {cursors:?}");
+    assert!(cursors.iter().all(|c| *c > echo), "{cursors:?} > {echo}");
+    assert!(
+        cursors.windows(2).all(|w| w[0] <= w[1]),
+        "never down: {cursors:?}"
+    );
+}

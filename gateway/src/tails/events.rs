@@ -38,8 +38,9 @@ impl Batch {
     }
 
     /// The batch for a client whose control events carry a cursor of its own (`cursor`
-    /// gives one per event, as the node computes one per event): the node's bytes between
-    /// them are shared, not copied. The closing control event carries no cursor and is kept.
+    /// gives one per event, from the client's `cursor::Session`, as the node's session does):
+    /// the node's bytes between them are shared, not copied. The closing control event
+    /// carries no cursor and is kept.
     pub fn render(&self, mut cursor: impl FnMut() -> String, out: &mut VecDeque<Bytes>) {
         let mut at = 0;
         for ControlAt { range, control } in &self.controls {

@@ -70,11 +70,6 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// The cursor the node gives a client that echoed `echo`.
-fn cursor_for(echo: Option<u64>) -> String {
-    cursor::next(now_ms(), echo.map(|e| e.to_string()).as_deref())
-}
-
 /// One subscription to the node and the clients it is relayed to.
 struct Tail {
     state: Mutex<TailState>,
@@ -264,7 +259,11 @@ async fn open_tail(
         tail,
         upstream,
     ));
-    Ok(Response::from_parts(parts, client_body(None, first, echo)))
+    let cursor = cursor::Session::new(now_ms(), echo);
+    Ok(Response::from_parts(
+        parts,
+        client_body(None, first, cursor),
+    ))
 }
 
 /// Joins `tail` where the node would start this client, or `None` if it cannot.
@@ -290,14 +289,15 @@ async fn join(
                 Phase::Open => match state.position.as_deref() {
                     Some(position) if position == target => {
                         let (status, headers) = state.head.clone()?;
+                        let mut cursor = cursor::Session::new(now_ms(), request.echo);
                         let first = control_event(
                             position,
-                            &cursor_for(request.echo),
+                            &cursor.at(now_ms()).to_string(),
                             position == stream_tail,
                         );
                         let events = tail.subscribe();
                         drop(state);
-                        let body = client_body(Some(first), events, request.echo);
+                        let body = client_body(Some(first), events, cursor);
                         let mut response = Response::new(body);
                         *response.status_mut() = status;
                         *response.headers_mut() = headers;
@@ -346,29 +346,30 @@ async fn read_tail(gateway: &Gateway, prepared: &Prepared) -> Option<String> {
 }
 
 /// One client's events: `first` (its own control event, when it joined), then every batch,
-/// as the node sent it or, when the client echoed a cursor the node would bump, with control
-/// events carrying its own cursors.
+/// as the node sent it or, while the client's cursors are its own (it echoed one the node
+/// would bump), with control events carrying them.
 fn client_body(
     first: Option<Bytes>,
     events: broadcast::Receiver<Arc<Batch>>,
-    echo: Option<u64>,
+    cursor: cursor::Session,
 ) -> Body {
     let queue: VecDeque<Bytes> = first.into_iter().collect();
-    let frames = futures_util::stream::unfold((queue, events), move |(mut queue, mut events)| {
+    let state = (queue, events, cursor);
+    let frames = futures_util::stream::unfold(state, |(mut queue, mut events, mut cursor)| {
         async move {
             while queue.is_empty() {
                 // Closed: the subscription ended. Lagged: this client fell `BACKLOG` batches
                 // behind; it resumes from its last control event.
                 let batch = events.recv().await.ok()?;
-                match echo {
-                    Some(echo) if echo >= cursor::interval(now_ms()) => {
-                        batch.render(|| cursor_for(Some(echo)), &mut queue);
-                    }
-                    _ => queue.push_back(batch.bytes.clone()),
+                let now = now_ms();
+                if cursor.is_ahead(now) {
+                    batch.render(|| cursor.at(now).to_string(), &mut queue);
+                } else {
+                    queue.push_back(batch.bytes.clone());
                 }
             }
             let next = queue.pop_front()?;
-            Some((Ok(Frame::data(next)), (queue, events)))
+            Some((Ok(Frame::data(next)), (queue, events, cursor)))
         }
     });
     StreamBody::new(frames).boxed_unsync()

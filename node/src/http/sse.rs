@@ -48,7 +48,7 @@ pub fn respond(
         deadline,
         timer: Box::pin(tokio::time::sleep_until((now + KEEP_ALIVE).min(deadline))),
         last_sent: now,
-        client_cursor,
+        cursor: cursor::Session::new(now_ms(), client_cursor.and_then(|c| c.parse().ok())),
         stopping: app.stopping.clone(),
         at: from,
         announced: false,
@@ -88,7 +88,9 @@ struct Session {
     /// When the last event or keep-alive was sent: a wake-up that sends nothing (a metadata
     /// change, say) does not put the next keep-alive off.
     last_sent: Instant,
-    client_cursor: Option<String>,
+    /// Greater than the client's echo when that is at or past the current interval; never
+    /// smaller than the last one sent.
+    cursor: cursor::Session,
     stopping: tokio::sync::watch::Receiver<bool>,
     /// The offset the next data event starts at.
     at: u64,
@@ -176,8 +178,8 @@ impl Session {
     }
 
     /// Writes the control event for position `at`; returns whether it was the closing one.
-    fn control_event(&self, out: &mut BytesMut, meta: &StreamMeta, at: u64) -> bool {
-        let cursor = cursor::next(now_ms(), self.client_cursor.as_deref());
+    fn control_event(&mut self, out: &mut BytesMut, meta: &StreamMeta, at: u64) -> bool {
+        let cursor = self.cursor.at(now_ms()).to_string();
         write_control(out, at, meta.tail, meta.closed, &cursor)
     }
 }
