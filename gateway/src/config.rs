@@ -37,6 +37,9 @@ pub struct Config {
     /// Clients following one stream with SSE from the same position share one subscription
     /// to the node, fanned out here (see `tails.rs`).
     pub shared_tails: bool,
+    /// Identical long-polls in flight at once share one upstream request and its answer
+    /// (see `collapse.rs`).
+    pub collapse_long_polls: bool,
 }
 
 impl Default for Config {
@@ -53,6 +56,7 @@ impl Default for Config {
             compat_bucket: "default".into(),
             upstream_link: true,
             shared_tails: true,
+            collapse_long_polls: true,
         }
     }
 }

@@ -6,6 +6,7 @@
 //! It never imports the node: everything it knows of nodes is HTTP and `ursula-wire`.
 
 pub mod access;
+pub mod collapse;
 pub mod config;
 pub mod follow;
 pub mod jwt;
@@ -127,13 +128,15 @@ async fn admin_route(
                      # TYPE ursula_gateway_shared_tails_opened_total counter\nursula_gateway_shared_tails_opened_total {}\n\
                      # TYPE ursula_gateway_shared_tail_joins_total counter\nursula_gateway_shared_tail_joins_total {}\n\
                      # TYPE ursula_gateway_shared_tails_open gauge\nursula_gateway_shared_tails_open {tails_open}\n\
-                     # TYPE ursula_gateway_shared_tail_clients gauge\nursula_gateway_shared_tail_clients {tail_clients}\n",
+                     # TYPE ursula_gateway_shared_tail_clients gauge\nursula_gateway_shared_tail_clients {tail_clients}\n\
+                     # TYPE ursula_gateway_collapsed_long_polls_total counter\nursula_gateway_collapsed_long_polls_total {}\n",
                     get(&m.requests),
                     get(&m.redirects_followed),
                     get(&m.refusals),
                     get(&m.link_requests),
                     get(&m.shared_tails_opened),
-                    get(&m.shared_tail_joins)
+                    get(&m.shared_tail_joins),
+                    get(&m.collapsed_long_polls)
                 ),
             )
         }

@@ -22,7 +22,7 @@ struct Args {
     upstreams: Vec<String>,
     /// TOML config file (listen, admin_listen, upstreams, max_buffered_body_size,
     /// max_redirect_hops, redirect_window, connect_timeout, access_keys_file, compat_bucket,
-    /// upstream_link, shared_tails). Flags override it.
+    /// upstream_link, shared_tails, collapse_long_polls). Flags override it.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
 }

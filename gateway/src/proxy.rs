@@ -25,7 +25,7 @@ use crate::upstream::Upstreams;
 
 pub type Body = UnsyncBoxBody<Bytes, hyper::Error>;
 
-fn full(bytes: impl Into<Bytes>) -> Body {
+pub(crate) fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into())
         .map_err(|never: Infallible| match never {})
         .boxed_unsync()
@@ -42,6 +42,8 @@ pub struct Metrics {
     pub shared_tails_opened: AtomicU64,
     /// SSE clients served from a subscription another client opened.
     pub shared_tail_joins: AtomicU64,
+    /// Long-polls answered with the answer to an identical one in flight.
+    pub collapsed_long_polls: AtomicU64,
 }
 
 pub struct Gateway {
@@ -50,6 +52,8 @@ pub struct Gateway {
     links: Option<Links>,
     /// `None` when `shared_tails` is off.
     tails: Option<crate::tails::Tails>,
+    /// `None` when `collapse_long_polls` is off.
+    collapse: Option<crate::collapse::Collapse>,
     access: Option<Access>,
     pub upstreams: Upstreams,
     config: Config,
@@ -161,10 +165,14 @@ impl Gateway {
             )
         });
         let tails = config.shared_tails.then(crate::tails::Tails::default);
+        let collapse = config
+            .collapse_long_polls
+            .then(crate::collapse::Collapse::default);
         Self {
             client,
             links,
             tails,
+            collapse,
             access,
             upstreams,
             config,
@@ -196,6 +204,11 @@ impl Gateway {
             && let Some(follow) = crate::tails::TailRequest::of(&prepared)
         {
             return tails.serve(self, prepared, follow).await;
+        }
+        if let Some(collapse) = &self.collapse
+            && let Some(key) = crate::collapse::key(&prepared)
+        {
+            return collapse.serve(self, &prepared, key).await;
         }
         self.send(&prepared).await
     }

@@ -2,80 +2,15 @@
 //! a stream from the same position share one subscription to the node, and each still sees
 //! exactly what the node would have sent it.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use http::StatusCode;
-use support::{Http, Subscriber, start_gateway};
+use support::{Http, Node, Subscriber, start_gateway};
 
 mod support;
 
 const TEXT: (&str, &str) = ("content-type", "text/plain");
-
-struct Node {
-    child: Child,
-    addr: SocketAddr,
-    _dir: tempfile::TempDir,
-}
-
-impl Node {
-    fn start() -> Self {
-        let binary =
-            PathBuf::from(env!("CARGO_BIN_EXE_ursula-gateway")).with_file_name("ursula-node");
-        assert!(
-            binary.exists(),
-            "{binary:?} is missing: build the workspace"
-        );
-        let dir = tempfile::tempdir().expect("tempdir");
-        let config = dir.path().join("node.toml");
-        std::fs::write(
-            &config,
-            "[raft.wal]\nmin_available_size = 1048576\nresume_available_size = 2097152\n",
-        )
-        .expect("config");
-        let mut child = Command::new(binary)
-            .arg("--config")
-            .arg(&config)
-            .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
-            .arg("--data-dir")
-            .arg(dir.path().join("data"))
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn ursula-node");
-        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-        let addr = lines
-            .by_ref()
-            .map_while(Result::ok)
-            .find_map(|line| {
-                let rest = &line[line.find("ursula-node serving")?..];
-                let rest = &rest[rest.find("client=")? + "client=".len()..];
-                rest.split(' ').next()?.trim_matches('"').parse().ok()
-            })
-            .expect("the node reported its address");
-        std::thread::spawn(move || for _ in lines {});
-        Self {
-            child,
-            addr,
-            _dir: dir,
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 async fn metric(admin: SocketAddr, name: &str) -> u64 {
     let reply = Http::new()

@@ -12,10 +12,13 @@ use tokio::net::TcpStream;
 
 use crate::client::Error;
 
-/// What the append loop needs of a response.
+/// What the load generator needs of a response.
 pub struct Answer {
     pub status: u16,
     pub location: Option<String>,
+    pub next_offset: Option<String>,
+    pub cursor: Option<String>,
+    pub body: Vec<u8>,
 }
 
 /// One writer's connections, by `host:port`.
@@ -108,24 +111,35 @@ impl Connection {
                 let status = response.code.unwrap_or(0);
                 let mut length = 0usize;
                 let mut chunked = false;
-                let mut location = None;
+                let mut answer = Answer {
+                    status,
+                    location: None,
+                    next_offset: None,
+                    cursor: None,
+                    body: Vec::new(),
+                };
                 for header in response.headers.iter() {
+                    let text = || std::str::from_utf8(header.value).map(str::to_owned);
                     if header.name.eq_ignore_ascii_case("content-length") {
                         length = std::str::from_utf8(header.value)?.trim().parse()?;
                     } else if header.name.eq_ignore_ascii_case("transfer-encoding") {
                         chunked = header.value.eq_ignore_ascii_case(b"chunked");
                     } else if header.name.eq_ignore_ascii_case("location") {
-                        location = Some(std::str::from_utf8(header.value)?.to_owned());
+                        answer.location = Some(text()?);
+                    } else if header.name.eq_ignore_ascii_case("stream-next-offset") {
+                        answer.next_offset = Some(text()?);
+                    } else if header.name.eq_ignore_ascii_case("stream-cursor") {
+                        answer.cursor = Some(text()?);
                     }
                 }
                 self.input.drain(..head_len);
                 if chunked {
-                    self.skip_chunked_body().await?;
+                    self.read_chunked_body(&mut answer.body).await?;
                 } else {
                     self.fill(length).await?;
-                    self.input.drain(..length);
+                    answer.body.extend(self.input.drain(..length));
                 }
-                return Ok(Answer { status, location });
+                return Ok(answer);
             }
             self.read_more().await?;
         }
@@ -157,7 +171,7 @@ impl Connection {
         Ok(())
     }
 
-    async fn skip_chunked_body(&mut self) -> Result<(), Error> {
+    async fn read_chunked_body(&mut self, body: &mut Vec<u8>) -> Result<(), Error> {
         loop {
             let line_end = loop {
                 if let Some(end) = self.input.windows(2).position(|w| w == b"\r\n") {
@@ -170,6 +184,7 @@ impl Connection {
             self.input.drain(..line_end + 2);
             // The chunk and its CRLF (the last chunk has no data, just the final CRLF).
             self.fill(size + 2).await?;
+            body.extend_from_slice(&self.input[..size]);
             self.input.drain(..size + 2);
             if size == 0 {
                 return Ok(());

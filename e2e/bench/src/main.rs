@@ -5,6 +5,7 @@
 //! - `sse`: S subscribers on one stream with `live=sse`, a writer at a fixed rate stamping each
 //!   message with its send time; reports delivery latency percentiles and checks that every
 //!   subscriber got every message.
+//! - `long-poll`: the same with subscribers that follow the stream with long-polls.
 //!
 //! Both print one JSON line on stdout (for scripts) after a human summary on stderr.
 
@@ -68,6 +69,17 @@ enum Command {
         #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
         duration: Duration,
     },
+    /// Long-poll fan-out delivery latency: each subscriber polls from the last offset with
+    /// the last cursor, as the Durable Streams client does.
+    LongPoll {
+        #[arg(long, default_value_t = 100)]
+        subscribers: usize,
+        /// Messages per second.
+        #[arg(long, default_value_t = 200)]
+        rate: u64,
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        duration: Duration,
+    },
 }
 
 fn main() {
@@ -114,6 +126,20 @@ fn main() {
                     subscribers,
                     rate,
                     duration,
+                    live: sse::Live::Sse,
+                };
+                sse::run(client, &args.prefix, &args.label, options).await
+            }
+            Command::LongPoll {
+                subscribers,
+                rate,
+                duration,
+            } => {
+                let options = sse::Options {
+                    subscribers,
+                    rate,
+                    duration,
+                    live: sse::Live::LongPoll,
                 };
                 sse::run(client, &args.prefix, &args.label, options).await
             }

@@ -5,51 +5,41 @@ use http::Method;
 use tokio::sync::mpsc;
 
 use crate::client::{Client, Error};
-use crate::lean::EventStream;
+use crate::lean::{Connections, EventStream};
 use crate::stats::Latencies;
 
 pub struct Options {
     pub subscribers: usize,
     pub rate: u64,
     pub duration: Duration,
+    pub live: Live,
+}
+
+/// How the subscribers follow the stream.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Live {
+    Sse,
+    /// One long-poll after another, each from the last `Stream-Next-Offset` with the last
+    /// `Stream-Cursor`, as the Durable Streams client follows a stream by default.
+    LongPoll,
 }
 
 pub async fn run(client: Client, prefix: &str, label: &str, o: Options) -> Result<String, Error> {
-    let path = format!("{prefix}-sse-{}", crate::client::run_id());
+    let path = format!("{prefix}-live-{}", crate::client::run_id());
     client.create(&path, "text/plain").await?;
     let origin = Instant::now();
     let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u64>>();
     let (ready_tx, mut ready_rx) = mpsc::unbounded_channel::<()>();
     let expected = (o.rate as f64 * o.duration.as_secs_f64()).round() as usize;
     for _ in 0..o.subscribers {
-        let url = client.url(&format!("{path}?offset=now&live=sse"));
+        let stream = client.url(&path);
         let tx = tx.clone();
         let ready = ready_tx.clone();
         tokio::spawn(async move {
-            let mut samples = Vec::with_capacity(expected);
-            if let Ok(mut stream) = EventStream::open(&url).await {
-                let mut events = Events::default();
-                let mut announced = false;
-                let mut data = Vec::with_capacity(4096);
-                while samples.len() < expected {
-                    data.clear();
-                    if !matches!(stream.next(&mut data).await, Ok(true)) {
-                        break;
-                    }
-                    let now = origin.elapsed().as_nanos() as u64;
-                    events.read(&data, |event| {
-                        if !announced && event.starts_with(b"event: control") {
-                            announced = true;
-                            let _ = ready.send(());
-                        }
-                        if event.starts_with(b"event: data") {
-                            for sent in stamps(event) {
-                                samples.push(now.saturating_sub(sent));
-                            }
-                        }
-                    });
-                }
-            }
+            let samples = match o.live {
+                Live::Sse => follow_sse(&stream, origin, expected, ready).await,
+                Live::LongPoll => follow_long_polls(&stream, origin, expected, ready).await,
+            };
             let _ = tx.send(samples);
         });
     }
@@ -83,8 +73,12 @@ pub async fn run(client: Client, prefix: &str, label: &str, o: Options) -> Resul
     let _ = tokio::time::timeout(Duration::from_secs(30), collect).await;
     let latencies = Latencies::new(samples);
     let deliveries = latencies.count();
+    let kind = match o.live {
+        Live::Sse => "sse",
+        Live::LongPoll => "long-poll",
+    };
     eprintln!(
-        "{label}: SSE {} subscribers x {expected} messages at {}/s: delivered {deliveries} of {} ({complete} complete); latency ms p50 {:.3} p99 {:.3} max {:.3}",
+        "{label}: {kind} {} subscribers x {expected} messages at {}/s: delivered {deliveries} of {} ({complete} complete); latency ms p50 {:.3} p99 {:.3} max {:.3}",
         o.subscribers,
         o.rate,
         expected * o.subscribers,
@@ -93,7 +87,7 @@ pub async fn run(client: Client, prefix: &str, label: &str, o: Options) -> Resul
         latencies.max()
     );
     Ok(serde_json::json!({
-        "bench": "sse",
+        "bench": kind,
         "label": label,
         "subscribers": o.subscribers,
         "rate": o.rate,
@@ -104,6 +98,85 @@ pub async fn run(client: Client, prefix: &str, label: &str, o: Options) -> Resul
         "max_ms": latencies.max(),
     })
     .to_string())
+}
+
+/// Follows the stream with one SSE response; the send times of what it delivered, as
+/// latencies.
+async fn follow_sse(
+    stream: &str,
+    origin: Instant,
+    expected: usize,
+    ready: mpsc::UnboundedSender<()>,
+) -> Vec<u64> {
+    let mut samples = Vec::with_capacity(expected);
+    let Ok(mut events_in) = EventStream::open(&format!("{stream}?offset=now&live=sse")).await
+    else {
+        return samples;
+    };
+    let mut events = Events::default();
+    let mut announced = false;
+    let mut data = Vec::with_capacity(4096);
+    while samples.len() < expected {
+        data.clear();
+        if !matches!(events_in.next(&mut data).await, Ok(true)) {
+            break;
+        }
+        let now = origin.elapsed().as_nanos() as u64;
+        events.read(&data, |event| {
+            if !announced && event.starts_with(b"event: control") {
+                announced = true;
+                let _ = ready.send(());
+            }
+            if event.starts_with(b"event: data") {
+                for sent in stamps(event) {
+                    samples.push(now.saturating_sub(sent));
+                }
+            }
+        });
+    }
+    samples
+}
+
+/// Follows the stream with long-polls from its tail.
+async fn follow_long_polls(
+    stream: &str,
+    origin: Instant,
+    expected: usize,
+    ready: mpsc::UnboundedSender<()>,
+) -> Vec<u64> {
+    let mut samples = Vec::with_capacity(expected);
+    let mut connections = Connections::default();
+    let Ok(tail) = connections
+        .send("GET", &format!("{stream}?offset=now"), "text/plain", b"")
+        .await
+    else {
+        return samples;
+    };
+    let Some(mut at) = tail.next_offset else {
+        return samples;
+    };
+    let mut cursor: Option<String> = None;
+    let _ = ready.send(());
+    while samples.len() < expected {
+        let url = match &cursor {
+            Some(cursor) => format!("{stream}?offset={at}&live=long-poll&cursor={cursor}"),
+            None => format!("{stream}?offset={at}&live=long-poll"),
+        };
+        let Ok(answer) = connections.send("GET", &url, "text/plain", b"").await else {
+            break;
+        };
+        let now = origin.elapsed().as_nanos() as u64;
+        match answer.status {
+            200 => samples.extend(body_stamps(&answer.body).map(|sent| now.saturating_sub(sent))),
+            204 => {}
+            _ => break,
+        }
+        if let Some(next) = answer.next_offset {
+            at = next;
+        }
+        cursor = answer.cursor.or(cursor);
+    }
+    samples
 }
 
 /// Splits an event stream into events without copying them into strings: with 1,000
@@ -135,7 +208,12 @@ fn stamps(event: &[u8]) -> impl Iterator<Item = u64> + '_ {
     event
         .split(|&b| b == b'\n')
         .filter_map(|line| line.strip_prefix(b"data:"))
-        .flat_map(|line| line.split(|b| b.is_ascii_whitespace()))
+        .flat_map(body_stamps)
+}
+
+/// The send times in a body of messages ("<ns> " each).
+fn body_stamps(body: &[u8]) -> impl Iterator<Item = u64> + '_ {
+    body.split(|b| b.is_ascii_whitespace())
         .filter(|word| !word.is_empty() && word.iter().all(u8::is_ascii_digit))
         .filter_map(|word| std::str::from_utf8(word).ok()?.parse().ok())
 }

@@ -3,7 +3,10 @@
 
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
 
 use bytes::Bytes;
 use http::{Request, StatusCode};
@@ -212,5 +215,69 @@ impl Seen {
         let at = control["streamNextOffset"].as_str()?.to_owned();
         self.offsets.push(at.clone());
         Some(at)
+    }
+}
+
+/// A real `ursula-node` process on free loopback ports (the binary the workspace build puts
+/// next to the gateway's).
+pub struct Node {
+    child: Child,
+    addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Node {
+    pub fn start() -> Self {
+        let binary =
+            PathBuf::from(env!("CARGO_BIN_EXE_ursula-gateway")).with_file_name("ursula-node");
+        assert!(
+            binary.exists(),
+            "{binary:?} is missing: build the workspace"
+        );
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = dir.path().join("node.toml");
+        std::fs::write(
+            &config,
+            "[raft.wal]\nmin_available_size = 1048576\nresume_available_size = 2097152\n",
+        )
+        .expect("config");
+        let mut child = Command::new(binary)
+            .arg("--config")
+            .arg(&config)
+            .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn ursula-node");
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let addr = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .find_map(|line| {
+                let rest = &line[line.find("ursula-node serving")?..];
+                let rest = &rest[rest.find("client=")? + "client=".len()..];
+                rest.split(' ').next()?.trim_matches('"').parse().ok()
+            })
+            .expect("the node reported its address");
+        std::thread::spawn(move || for _ in lines {});
+        Self {
+            child,
+            addr,
+            _dir: dir,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

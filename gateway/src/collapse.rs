@@ -1,0 +1,213 @@
+//! Collapsed long-polls: identical long-poll reads in flight at the same time get one upstream
+//! request, and every one of them its answer, as a CDN collapses them (the protocol's cursors
+//! exist so that it can). A thousand clients waiting at a stream's tail are then one wait on
+//! the node, and one answer read, instead of a thousand.
+//!
+//! Identical means the same path and query, byte for byte (offset, cursor and all), and the
+//! same CORS need (the node adds CORS headers when a request has an `Origin`). A request with
+//! a conditional header (`If-None-Match`, ...) is never collapsed. A request that comes while
+//! an identical one is in flight waits for its answer; once that answer is out, the next
+//! identical request goes upstream again. The answer to a long-poll at an offset is the data
+//! from that offset or "nothing yet", so it is right for every client that asked for it. If
+//! the client whose request went upstream goes away, or its request is refused, the others
+//! send their own.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Response, StatusCode, header};
+use http_body_util::BodyExt;
+use parking_lot::Mutex;
+use tokio::sync::watch;
+
+use crate::proxy::{Body, Gateway, Prepared, Refusal, full};
+
+/// An upstream answer, read whole, to give to every waiting client.
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl Answer {
+    fn response(&self) -> Response<Body> {
+        let mut response = Response::new(full(self.body.clone()));
+        *response.status_mut() = self.status;
+        *response.headers_mut() = self.headers.clone();
+        response
+    }
+}
+
+/// One upstream request and the clients waiting for its answer. The sender is dropped
+/// without an answer if the request that went upstream is abandoned or refused.
+type Flight = watch::Receiver<Option<Arc<Answer>>>;
+
+type InFlight = Arc<Mutex<HashMap<String, Flight>>>;
+
+#[derive(Default)]
+pub struct Collapse {
+    in_flight: InFlight,
+}
+
+/// The collapsing key of a request that can be collapsed.
+pub(crate) fn key(prepared: &Prepared) -> Option<String> {
+    if prepared.parts.method != Method::GET {
+        return None;
+    }
+    let query = prepared.parts.uri.query()?;
+    let mut live = query
+        .split('&')
+        .filter(|pair| *pair == "live" || pair.starts_with("live="));
+    if live.next() != Some("live=long-poll") || live.next().is_some() {
+        return None;
+    }
+    let headers = &prepared.parts.headers;
+    let conditional = [
+        header::IF_NONE_MATCH,
+        header::IF_MATCH,
+        header::IF_MODIFIED_SINCE,
+        header::IF_UNMODIFIED_SINCE,
+        header::RANGE,
+    ]
+    .iter()
+    .any(|name| headers.contains_key(name));
+    if conditional {
+        return None;
+    }
+    let cors = if headers.contains_key(header::ORIGIN) {
+        " cors"
+    } else {
+        ""
+    };
+    Some(format!("{}{cors}", prepared.path_and_query))
+}
+
+/// Forgets the flight when the request that went upstream is done with, answered or not.
+struct Leading {
+    in_flight: InFlight,
+    key: String,
+    answers: watch::Sender<Option<Arc<Answer>>>,
+}
+
+impl Drop for Leading {
+    fn drop(&mut self) {
+        let mut in_flight = self.in_flight.lock();
+        if in_flight
+            .get(&self.key)
+            .is_some_and(|flight| flight.same_channel(&self.answers.subscribe()))
+        {
+            in_flight.remove(&self.key);
+        }
+    }
+}
+
+impl Collapse {
+    pub(crate) async fn serve(
+        &self,
+        gateway: &Gateway,
+        prepared: &Prepared,
+        key: String,
+    ) -> Result<Response<Body>, Refusal> {
+        let waiting = {
+            let mut in_flight = self.in_flight.lock();
+            match in_flight.get(&key) {
+                Some(flight) => Ok(flight.clone()),
+                None => {
+                    let (answers, flight) = watch::channel(None);
+                    in_flight.insert(key.clone(), flight);
+                    Err(Leading {
+                        in_flight: self.in_flight.clone(),
+                        key,
+                        answers,
+                    })
+                }
+            }
+        };
+        match waiting {
+            Err(leading) => {
+                let answer = gateway.send(prepared).await?;
+                let (parts, body) = answer.into_parts();
+                let body = body.collect().await.map_err(|error| {
+                    Refusal::new(
+                        ursula_wire::ErrorToken::Unavailable,
+                        format!("the node's answer was lost: {error}"),
+                        false,
+                    )
+                })?;
+                let answer = Arc::new(Answer {
+                    status: parts.status,
+                    headers: parts.headers,
+                    body: body.to_bytes(),
+                });
+                leading.answers.send_replace(Some(answer.clone()));
+                drop(leading);
+                Ok(answer.response())
+            }
+            Ok(mut flight) => {
+                let answered = flight
+                    .wait_for(Option::is_some)
+                    .await
+                    .ok()
+                    .and_then(|a| a.clone());
+                match answered {
+                    Some(answer) => {
+                        gateway
+                            .metrics
+                            .collapsed_long_polls
+                            .fetch_add(1, Ordering::Relaxed);
+                        Ok(answer.response())
+                    }
+                    // The request that went upstream was abandoned or refused.
+                    None => gateway.send(prepared).await,
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key_of(method: Method, uri: &str, headers: &[(&str, &str)]) -> Option<String> {
+        let mut request = http::Request::builder().method(method).uri(uri);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let (parts, ()) = request.body(()).unwrap().into_parts();
+        key(&Prepared {
+            path: parts.uri.path().to_owned(),
+            path_and_query: uri.to_owned(),
+            parts,
+            body: Bytes::new(),
+            origin: None,
+            write: false,
+        })
+    }
+
+    #[test]
+    fn which_requests_collapse() {
+        let poll = "/d/s?offset=5&live=long-poll&cursor=7";
+        assert_eq!(key_of(Method::GET, poll, &[]).as_deref(), Some(poll));
+        assert_ne!(
+            key_of(Method::GET, poll, &[("origin", "https://a")]),
+            key_of(Method::GET, poll, &[])
+        );
+        for (method, uri, headers) in [
+            (Method::GET, poll, vec![("if-none-match", "\"x\"")]),
+            (Method::HEAD, poll, vec![]),
+            (Method::GET, "/d/s?offset=5", vec![]),
+            (Method::GET, "/d/s?offset=5&live=sse", vec![]),
+            (Method::GET, "/d/s?offset=5&live=long-poll&live=sse", vec![]),
+            (Method::GET, "/d/s?offset=5&live", vec![]),
+        ] {
+            assert_eq!(
+                key_of(method.clone(), uri, &headers),
+                None,
+                "{method} {uri}"
+            );
+        }
+    }
+}
