@@ -40,9 +40,19 @@ impl Answer {
     }
 }
 
-/// One upstream request and the clients waiting for its answer. The sender is dropped
-/// without an answer if the request that went upstream is abandoned or refused.
-type Flight = watch::Receiver<Option<Arc<Answer>>>;
+/// Where the request that went upstream is.
+#[derive(Clone)]
+enum Outcome {
+    Pending,
+    Answered(Arc<Answer>),
+    /// The gateway refused it, or lost its answer: every client tries on its own.
+    Refused,
+}
+
+/// One upstream request and the clients waiting for its outcome. The sender is dropped while
+/// `Pending` if the request that went upstream is abandoned (its client left): the clients
+/// waiting on it then collapse again behind one of them.
+type Flight = watch::Receiver<Outcome>;
 
 type InFlight = Arc<Mutex<HashMap<String, Flight>>>;
 
@@ -51,7 +61,9 @@ pub struct Collapse {
     in_flight: InFlight,
 }
 
-/// The collapsing key of a request that can be collapsed.
+/// The collapsing key of a request that can be collapsed. `offset=now` never collapses: the
+/// node resolves it when the request arrives, so an answer to an earlier one could hold data
+/// acknowledged before a later one was sent.
 pub(crate) fn key(prepared: &Prepared) -> Option<String> {
     if prepared.parts.method != Method::GET {
         return None;
@@ -61,6 +73,20 @@ pub(crate) fn key(prepared: &Prepared) -> Option<String> {
         .split('&')
         .filter(|pair| *pair == "live" || pair.starts_with("live="));
     if live.next() != Some("live=long-poll") || live.next().is_some() {
+        return None;
+    }
+    // Offsets are digits and `_`, or `-1`; anything else (`now`, or an encoded form of it)
+    // goes on its own.
+    let offset_is_fixed = query
+        .split('&')
+        .filter_map(|pair| pair.strip_prefix("offset="))
+        .all(|value| {
+            !value.is_empty()
+                && value
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || b == b'_' || b == b'-')
+        });
+    if !offset_is_fixed {
         return None;
     }
     let headers = &prepared.parts.headers;
@@ -81,14 +107,16 @@ pub(crate) fn key(prepared: &Prepared) -> Option<String> {
     } else {
         ""
     };
-    Some(format!("{}{cors}", prepared.path_and_query))
+    // The gateway's own address, as the client named it, goes into any `Location` it sends.
+    let origin = prepared.origin.as_deref().unwrap_or("");
+    Some(format!("{}{cors} {origin}", prepared.path_and_query))
 }
 
 /// Forgets the flight when the request that went upstream is done with, answered or not.
 struct Leading {
     in_flight: InFlight,
     key: String,
-    answers: watch::Sender<Option<Arc<Answer>>>,
+    outcome: watch::Sender<Outcome>,
 }
 
 impl Drop for Leading {
@@ -96,7 +124,7 @@ impl Drop for Leading {
         let mut in_flight = self.in_flight.lock();
         if in_flight
             .get(&self.key)
-            .is_some_and(|flight| flight.same_channel(&self.answers.subscribe()))
+            .is_some_and(|flight| flight.same_channel(&self.outcome.subscribe()))
         {
             in_flight.remove(&self.key);
         }
@@ -110,61 +138,81 @@ impl Collapse {
         prepared: &Prepared,
         key: String,
     ) -> Result<Response<Body>, Refusal> {
-        let waiting = {
-            let mut in_flight = self.in_flight.lock();
-            match in_flight.get(&key) {
-                Some(flight) => Ok(flight.clone()),
-                None => {
-                    let (answers, flight) = watch::channel(None);
-                    in_flight.insert(key.clone(), flight);
-                    Err(Leading {
-                        in_flight: self.in_flight.clone(),
-                        key,
-                        answers,
-                    })
-                }
-            }
-        };
-        match waiting {
-            Err(leading) => {
-                let answer = gateway.send(prepared).await?;
-                let (parts, body) = answer.into_parts();
-                let body = body.collect().await.map_err(|error| {
-                    Refusal::new(
-                        ursula_wire::ErrorToken::Unavailable,
-                        format!("the node's answer was lost: {error}"),
-                        false,
-                    )
-                })?;
-                let answer = Arc::new(Answer {
-                    status: parts.status,
-                    headers: parts.headers,
-                    body: body.to_bytes(),
-                });
-                leading.answers.send_replace(Some(answer.clone()));
-                drop(leading);
-                Ok(answer.response())
-            }
-            Ok(mut flight) => {
-                let answered = flight
-                    .wait_for(Option::is_some)
-                    .await
-                    .ok()
-                    .and_then(|a| a.clone());
-                match answered {
-                    Some(answer) => {
-                        gateway
-                            .metrics
-                            .collapsed_long_polls
-                            .fetch_add(1, Ordering::Relaxed);
-                        Ok(answer.response())
+        loop {
+            let waiting = {
+                let mut in_flight = self.in_flight.lock();
+                match in_flight.get(&key) {
+                    Some(flight) => Ok(flight.clone()),
+                    None => {
+                        let (outcome, flight) = watch::channel(Outcome::Pending);
+                        in_flight.insert(key.clone(), flight);
+                        Err(Leading {
+                            in_flight: self.in_flight.clone(),
+                            key: key.clone(),
+                            outcome,
+                        })
                     }
-                    // The request that went upstream was abandoned or refused.
-                    None => gateway.send(prepared).await,
                 }
+            };
+            let mut flight = match waiting {
+                Err(leading) => return lead(gateway, prepared, leading).await,
+                Ok(flight) => flight,
+            };
+            let outcome = flight
+                .wait_for(|outcome| !matches!(outcome, Outcome::Pending))
+                .await
+                .map(|outcome| outcome.clone());
+            match outcome {
+                Ok(Outcome::Answered(answer)) => {
+                    gateway
+                        .metrics
+                        .collapsed_long_polls
+                        .fetch_add(1, Ordering::Relaxed);
+                    return Ok(answer.response());
+                }
+                Ok(Outcome::Refused) => return gateway.send(prepared).await,
+                // Abandoned: collapse again, behind whichever of its clients comes first.
+                Ok(Outcome::Pending) | Err(_) => continue,
             }
         }
     }
+}
+
+/// Sends the request upstream for every identical one that comes meanwhile.
+async fn lead(
+    gateway: &Gateway,
+    prepared: &Prepared,
+    leading: Leading,
+) -> Result<Response<Body>, Refusal> {
+    let answer = match gateway.send(prepared).await {
+        Ok(answer) => answer,
+        Err(refusal) => {
+            leading.outcome.send_replace(Outcome::Refused);
+            return Err(refusal);
+        }
+    };
+    let (parts, body) = answer.into_parts();
+    let body = match body.collect().await {
+        Ok(body) => body.to_bytes(),
+        Err(error) => {
+            leading.outcome.send_replace(Outcome::Refused);
+            return Err(Refusal::new(
+                ursula_wire::ErrorToken::Unavailable,
+                format!("the node's answer was lost: {error}"),
+                false,
+            ));
+        }
+    };
+    let answer = Arc::new(Answer {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+    });
+    leading
+        .outcome
+        .send_replace(Outcome::Answered(answer.clone()));
+    drop(leading);
+    Ok(answer.response())
 }
 
 #[cfg(test)]
@@ -190,7 +238,10 @@ mod tests {
     #[test]
     fn which_requests_collapse() {
         let poll = "/d/s?offset=5&live=long-poll&cursor=7";
-        assert_eq!(key_of(Method::GET, poll, &[]).as_deref(), Some(poll));
+        assert_eq!(
+            key_of(Method::GET, poll, &[]).as_deref(),
+            Some(format!("{poll} ").as_str())
+        );
         assert_ne!(
             key_of(Method::GET, poll, &[("origin", "https://a")]),
             key_of(Method::GET, poll, &[])
@@ -202,6 +253,13 @@ mod tests {
             (Method::GET, "/d/s?offset=5&live=sse", vec![]),
             (Method::GET, "/d/s?offset=5&live=long-poll&live=sse", vec![]),
             (Method::GET, "/d/s?offset=5&live", vec![]),
+            (Method::GET, "/d/s?offset=now&live=long-poll", vec![]),
+            (Method::GET, "/d/s?offset=%6Eow&live=long-poll", vec![]),
+            (
+                Method::GET,
+                "/d/s?live=long-poll&offset=now&cursor=3",
+                vec![],
+            ),
         ] {
             assert_eq!(
                 key_of(method.clone(), uri, &headers),
