@@ -220,19 +220,7 @@ mod tests {
     use super::*;
 
     fn key_of(method: Method, uri: &str, headers: &[(&str, &str)]) -> Option<String> {
-        let mut request = http::Request::builder().method(method).uri(uri);
-        for (name, value) in headers {
-            request = request.header(*name, *value);
-        }
-        let (parts, ()) = request.body(()).unwrap().into_parts();
-        key(&Prepared {
-            path: parts.uri.path().to_owned(),
-            path_and_query: uri.to_owned(),
-            parts,
-            body: Bytes::new(),
-            origin: None,
-            write: false,
-        })
+        key(&Prepared::read(method, uri, headers))
     }
 
     #[test]

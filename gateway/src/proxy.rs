@@ -494,6 +494,26 @@ pub(crate) struct Prepared {
     pub write: bool,
 }
 
+#[cfg(test)]
+impl Prepared {
+    /// A read as `prepare` would leave it, for tests of what is done with one.
+    pub(crate) fn read(method: Method, uri: &str, headers: &[(&str, &str)]) -> Self {
+        let mut request = Request::builder().method(method).uri(uri);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let (parts, ()) = request.body(()).expect("a valid test request").into_parts();
+        Self {
+            path: parts.uri.path().to_owned(),
+            path_and_query: uri.to_owned(),
+            parts,
+            body: Bytes::new(),
+            origin: None,
+            write: false,
+        }
+    }
+}
+
 /// How one attempt failed.
 enum Attempt {
     /// The request did not reach the upstream.

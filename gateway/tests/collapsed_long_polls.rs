@@ -5,25 +5,14 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use http::StatusCode;
-use support::{Http, Node, start_gateway};
+use support::{Http, Node, metric, start_gateway};
 
 mod support;
 
 const TEXT: (&str, &str) = ("content-type", "text/plain");
 
 async fn collapsed(admin: SocketAddr) -> u64 {
-    let reply = Http::new()
-        .request("GET", &format!("http://{admin}/metrics"), &[], "")
-        .await
-        .expect("metrics");
-    String::from_utf8_lossy(&reply.body)
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("ursula_gateway_collapsed_long_polls_total ")?
-                .parse()
-                .ok()
-        })
-        .expect("the counter")
+    metric(admin, "ursula_gateway_collapsed_long_polls_total").await
 }
 
 /// A node, a gateway in front of it, and an empty text stream; answers the stream's URL on

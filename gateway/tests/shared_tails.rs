@@ -2,26 +2,14 @@
 //! a stream from the same position share one subscription to the node, and each still sees
 //! exactly what the node would have sent it.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use http::StatusCode;
-use support::{Http, Node, Subscriber, start_gateway};
+use support::{Http, Node, Subscriber, metric, start_gateway};
 
 mod support;
 
 const TEXT: (&str, &str) = ("content-type", "text/plain");
-
-async fn metric(admin: SocketAddr, name: &str) -> u64 {
-    let reply = Http::new()
-        .request("GET", &format!("http://{admin}/metrics"), &[], "")
-        .await
-        .expect("metrics");
-    String::from_utf8_lossy(&reply.body)
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} "))?.parse().ok())
-        .unwrap_or_else(|| panic!("no metric {name}"))
-}
 
 /// The stream's tail, as a HEAD shows it.
 async fn tail_of(http: &Http, stream: &str) -> String {

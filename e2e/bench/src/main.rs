@@ -36,6 +36,18 @@ struct Args {
     command: Command,
 }
 
+/// Subscribers on one stream and a writer at a fixed rate.
+#[derive(clap::Args)]
+struct FanOut {
+    #[arg(long, default_value_t = 100)]
+    subscribers: usize,
+    /// Messages per second.
+    #[arg(long, default_value_t = 200)]
+    rate: u64,
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Append throughput and latency.
@@ -60,26 +72,21 @@ enum Command {
         server_pids: Vec<u32>,
     },
     /// SSE fan-out delivery latency.
-    Sse {
-        #[arg(long, default_value_t = 100)]
-        subscribers: usize,
-        /// Messages per second.
-        #[arg(long, default_value_t = 200)]
-        rate: u64,
-        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
-        duration: Duration,
-    },
+    Sse(FanOut),
     /// Long-poll fan-out delivery latency: each subscriber polls from the last offset with
     /// the last cursor, as the Durable Streams client does.
-    LongPoll {
-        #[arg(long, default_value_t = 100)]
-        subscribers: usize,
-        /// Messages per second.
-        #[arg(long, default_value_t = 200)]
-        rate: u64,
-        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
-        duration: Duration,
-    },
+    LongPoll(FanOut),
+}
+
+impl FanOut {
+    fn options(&self, live: sse::Live) -> sse::Options {
+        sse::Options {
+            subscribers: self.subscribers,
+            rate: self.rate,
+            duration: self.duration,
+            live,
+        }
+    }
 }
 
 fn main() {
@@ -117,30 +124,17 @@ fn main() {
                 };
                 append::run(client, &args.prefix, &args.label, options).await
             }
-            Command::Sse {
-                subscribers,
-                rate,
-                duration,
-            } => {
-                let options = sse::Options {
-                    subscribers,
-                    rate,
-                    duration,
-                    live: sse::Live::Sse,
-                };
-                sse::run(client, &args.prefix, &args.label, options).await
+            Command::Sse(fan_out) => {
+                sse::run(
+                    client,
+                    &args.prefix,
+                    &args.label,
+                    fan_out.options(sse::Live::Sse),
+                )
+                .await
             }
-            Command::LongPoll {
-                subscribers,
-                rate,
-                duration,
-            } => {
-                let options = sse::Options {
-                    subscribers,
-                    rate,
-                    duration,
-                    live: sse::Live::LongPoll,
-                };
+            Command::LongPoll(fan_out) => {
+                let options = fan_out.options(sse::Live::LongPoll);
                 sse::run(client, &args.prefix, &args.label, options).await
             }
         }

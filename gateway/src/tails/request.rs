@@ -107,27 +107,18 @@ pub(crate) fn is_offset(text: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use bytes::Bytes;
-    use http::Request;
 
     use super::*;
 
     const P1: &str = "0000000000000000_0000000000000005";
 
     fn of(method: Method, uri: &str, origin: bool) -> Option<TailRequest> {
-        let mut request = Request::builder().method(method).uri(uri);
-        if origin {
-            request = request.header("origin", "https://app.example");
-        }
-        let (parts, ()) = request.body(()).unwrap().into_parts();
-        TailRequest::of(&Prepared {
-            path: parts.uri.path().to_owned(),
-            path_and_query: uri.to_owned(),
-            parts,
-            body: Bytes::new(),
-            origin: None,
-            write: false,
-        })
+        let headers: &[(&str, &str)] = if origin {
+            &[("origin", "https://app.example")]
+        } else {
+            &[]
+        };
+        TailRequest::of(&Prepared::read(method, uri, headers))
     }
 
     #[test]

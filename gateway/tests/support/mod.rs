@@ -281,3 +281,15 @@ impl Drop for Node {
         let _ = self.child.wait();
     }
 }
+
+/// A counter or gauge from a gateway's `/metrics`.
+pub async fn metric(admin: SocketAddr, name: &str) -> u64 {
+    let reply = Http::new()
+        .request("GET", &format!("http://{admin}/metrics"), &[], "")
+        .await
+        .expect("metrics");
+    String::from_utf8_lossy(&reply.body)
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} "))?.parse().ok())
+        .unwrap_or_else(|| panic!("no metric {name}"))
+}
