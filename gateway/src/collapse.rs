@@ -102,14 +102,13 @@ pub(crate) fn key(prepared: &Prepared) -> Option<String> {
     if conditional {
         return None;
     }
-    let cors = if headers.contains_key(header::ORIGIN) {
-        " cors"
-    } else {
-        ""
-    };
     // The gateway's own address, as the client named it, goes into any `Location` it sends.
     let origin = prepared.origin.as_deref().unwrap_or("");
-    Some(format!("{}{cors} {origin}", prepared.path_and_query))
+    Some(format!(
+        "{}{} {origin}",
+        prepared.path_and_query,
+        prepared.cors_need()
+    ))
 }
 
 /// Forgets the flight when the request that went upstream is done with, answered or not.

@@ -494,23 +494,57 @@ pub(crate) struct Prepared {
     pub write: bool,
 }
 
-#[cfg(test)]
 impl Prepared {
-    /// A read as `prepare` would leave it, for tests of what is done with one.
-    pub(crate) fn read(method: Method, uri: &str, headers: &[(&str, &str)]) -> Self {
-        let mut request = Request::builder().method(method).uri(uri);
-        for (name, value) in headers {
-            request = request.header(*name, *value);
+    /// A GET of `path_and_query` with `headers`, as `prepare` would leave it.
+    fn get(path_and_query: &str, headers: HeaderMap) -> Result<Self, http::Error> {
+        let mut request = Request::builder().method(Method::GET).uri(path_and_query);
+        if let Some(map) = request.headers_mut() {
+            *map = headers;
         }
-        let (parts, ()) = request.body(()).expect("a valid test request").into_parts();
-        Self {
+        let (parts, ()) = request.body(())?.into_parts();
+        Ok(Self {
             path: parts.uri.path().to_owned(),
-            path_and_query: uri.to_owned(),
+            path_and_query: path_and_query.to_owned(),
             parts,
             body: Bytes::new(),
             origin: None,
             write: false,
+        })
+    }
+
+    /// A read of this request's stream at `?query` that the gateway makes for the client,
+    /// with the client's headers.
+    pub(crate) fn read_of_stream(&self, query: &str) -> Option<Self> {
+        Self::get(
+            &format!("{}?{query}", self.path),
+            self.parts.headers.clone(),
+        )
+        .ok()
+    }
+
+    /// Part of a sharing key: the node adds CORS headers to the answer to any request with an
+    /// `Origin`, so requests with and without one cannot share an answer.
+    pub(crate) fn cors_need(&self) -> &'static str {
+        if self.parts.headers.contains_key(header::ORIGIN) {
+            " cors"
+        } else {
+            ""
         }
+    }
+
+    /// A read as `prepare` would leave it, for tests of what is done with one.
+    #[cfg(test)]
+    pub(crate) fn read(method: Method, uri: &str, headers: &[(&str, &str)]) -> Self {
+        let mut map = HeaderMap::new();
+        for (name, value) in headers {
+            map.append(
+                HeaderName::from_bytes(name.as_bytes()).expect("a test header name"),
+                HeaderValue::from_str(value).expect("a test header value"),
+            );
+        }
+        let mut prepared = Self::get(uri, map).expect("a valid test request");
+        prepared.parts.method = method;
+        prepared
     }
 }
 

@@ -172,33 +172,61 @@ impl Connection {
     }
 
     async fn read_chunked_body(&mut self, body: &mut Vec<u8>) -> Result<(), Error> {
-        loop {
-            let line_end = loop {
-                if let Some(end) = self.input.windows(2).position(|w| w == b"\r\n") {
-                    break end;
-                }
+        let mut chunked = Chunked::default();
+        while !chunked.ended {
+            if !chunked.decode(&mut self.input, body)? {
                 self.read_more().await?;
-            };
-            let size_text = std::str::from_utf8(&self.input[..line_end])?;
-            let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)?;
-            self.input.drain(..line_end + 2);
-            // The chunk and its CRLF (the last chunk has no data, just the final CRLF).
-            self.fill(size + 2).await?;
-            body.extend_from_slice(&self.input[..size]);
-            self.input.drain(..size + 2);
-            if size == 0 {
-                return Ok(());
             }
         }
+        Ok(())
+    }
+}
+
+/// The chunked transfer coding, decoded as it arrives.
+#[derive(Default)]
+struct Chunked {
+    /// What is left of the current chunk, its closing CRLF included; 0 between chunks.
+    left: usize,
+    /// The current chunk is the last, empty one.
+    last: bool,
+    ended: bool,
+}
+
+impl Chunked {
+    /// Moves the data in `input` to `out`; `false` when more input is needed first.
+    fn decode(&mut self, input: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<bool, Error> {
+        if self.ended {
+            return Ok(true);
+        }
+        if self.left == 0 {
+            let Some(line_end) = input.windows(2).position(|w| w == b"\r\n") else {
+                return Ok(false);
+            };
+            let size_text = std::str::from_utf8(&input[..line_end])?;
+            let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)?;
+            input.drain(..line_end + 2);
+            self.last = size == 0;
+            self.left = size + 2;
+        }
+        if input.is_empty() {
+            return Ok(false);
+        }
+        let taken = self.left.min(input.len());
+        // The chunk's data, without the CRLF that closes it.
+        let data = taken.min(self.left.saturating_sub(2));
+        out.extend_from_slice(&input[..data]);
+        input.drain(..taken);
+        self.left -= taken;
+        self.ended = self.last && self.left == 0;
+        Ok(true)
     }
 }
 
 /// A response body read as it arrives, for event streams.
 pub struct EventStream {
     connection: Connection,
-    chunked: bool,
-    /// What is left of the current chunk, its closing CRLF included; 0 between chunks.
-    chunk_left: usize,
+    /// `None`: the body ends when the server closes the connection.
+    chunked: Option<Chunked>,
     ended: bool,
 }
 
@@ -227,8 +255,7 @@ impl EventStream {
                 connection.input.drain(..head_len);
                 return Ok(Self {
                     connection,
-                    chunked,
-                    chunk_left: 0,
+                    chunked: chunked.then(Chunked::default),
                     ended: false,
                 });
             }
@@ -259,33 +286,18 @@ impl EventStream {
     /// Decodes what is buffered into `out`; `false` when more must be read first.
     fn decode(&mut self, out: &mut Vec<u8>) -> Result<bool, Error> {
         let input = &mut self.connection.input;
-        if input.is_empty() {
-            return Ok(false);
-        }
-        if !self.chunked {
-            out.append(input);
-            return Ok(true);
-        }
-        if self.chunk_left == 0 {
-            let Some(line_end) = input.windows(2).position(|w| w == b"\r\n") else {
-                return Ok(false);
-            };
-            let size_text = std::str::from_utf8(&input[..line_end])?;
-            let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)?;
-            input.drain(..line_end + 2);
-            if size == 0 {
-                self.ended = true;
-                return Ok(true);
+        match &mut self.chunked {
+            Some(chunked) => {
+                let progressed = chunked.decode(input, out)?;
+                self.ended = chunked.ended;
+                Ok(progressed)
             }
-            self.chunk_left = size + 2;
+            None if input.is_empty() => Ok(false),
+            None => {
+                out.append(input);
+                Ok(true)
+            }
         }
-        let taken = self.chunk_left.min(input.len());
-        // The chunk's data, without the CRLF that closes it.
-        let data = taken.min(self.chunk_left.saturating_sub(2));
-        out.extend_from_slice(&input[..data]);
-        input.drain(..taken);
-        self.chunk_left -= taken;
-        Ok(true)
     }
 }
 
@@ -299,6 +311,24 @@ mod tests {
         assert_eq!((authority, path), ("127.0.0.1:4437", "/b/s?x=1"));
         assert_eq!(split_url("http://h:1").unwrap(), ("h:1", "/"));
         assert!(split_url("https://h/x").is_err());
+    }
+
+    #[test]
+    fn a_chunked_body_is_read_to_its_end_and_no_further() {
+        let mut chunked = Chunked::default();
+        let mut input = b"3\r\nabc\r\n0\r\n\r\nHTTP/1.1 204".to_vec();
+        let mut out = Vec::new();
+        while !chunked.ended {
+            assert!(
+                chunked.decode(&mut input, &mut out).unwrap(),
+                "all of it is here"
+            );
+        }
+        assert_eq!(out, b"abc");
+        assert_eq!(
+            input, b"HTTP/1.1 204",
+            "the next response stays for the connection"
+        );
     }
 
     /// A real server on loopback that sends its chunks split at every awkward place.

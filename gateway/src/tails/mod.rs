@@ -28,7 +28,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap};
-use http::{Method, Request, Response, StatusCode};
+use http::{Response, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use parking_lot::Mutex;
@@ -304,21 +304,7 @@ async fn join(
 /// The stream's tail now, by a read at `offset=now` sent under the redirect rule like any
 /// other request. It also resets the stream's sliding TTL, as the client's own read would.
 async fn read_tail(gateway: &Gateway, prepared: &Prepared) -> Option<String> {
-    let path_and_query = format!("{}?offset=now", prepared.path);
-    let mut request = Request::builder()
-        .method(Method::GET)
-        .uri(path_and_query.as_str())
-        .body(())
-        .ok()?;
-    *request.headers_mut() = prepared.parts.headers.clone();
-    let read = Prepared {
-        parts: request.into_parts().0,
-        path: prepared.path.clone(),
-        path_and_query,
-        body: Bytes::new(),
-        origin: None,
-        write: false,
-    };
+    let read = prepared.read_of_stream("offset=now")?;
     let answer = gateway.send(&read).await.ok()?;
     if answer.status() != StatusCode::OK {
         return None;

@@ -78,13 +78,12 @@ impl TailRequest {
                 .join("&")
         );
         rest.sort_unstable();
-        let cors = prepared.parts.headers.contains_key(http::header::ORIGIN);
         Some(Self {
             key: format!(
                 "{}?{}{}",
                 prepared.path,
                 rest.join("&"),
-                if cors { " cors" } else { "" }
+                prepared.cors_need()
             ),
             start,
             echo,

@@ -179,21 +179,15 @@ impl Session {
 
     /// Writes the control event for position `at`; returns whether it was the closing one.
     fn control_event(&mut self, out: &mut BytesMut, meta: &StreamMeta, at: u64) -> bool {
-        let cursor = self.cursor.at(now_ms()).to_string();
-        write_control(out, at, meta.tail, meta.closed, &cursor)
+        let cursor = self.cursor.at(now_ms());
+        write_control(out, at, meta.tail, meta.closed, cursor)
     }
 }
 
 /// An `event: control` for position `at` of a stream whose tail is `tail`; returns whether
 /// it is the closing one (the stream is closed and `at` is its tail). Offsets and cursors are
 /// digits (and `_`), so the JSON needs no escaping.
-fn write_control(
-    out: &mut BytesMut,
-    at: u64,
-    tail: u64,
-    stream_closed: bool,
-    cursor: &str,
-) -> bool {
+fn write_control(out: &mut BytesMut, at: u64, tail: u64, stream_closed: bool, cursor: u64) -> bool {
     let up_to_date = at == tail;
     let closed = stream_closed && up_to_date;
     out.put_slice(b"event: control\ndata:{\"streamNextOffset\":\"");
@@ -202,7 +196,8 @@ fn write_control(
         out.put_slice(b"\",\"streamClosed\":true");
     } else {
         out.put_slice(b"\",\"streamCursor\":\"");
-        out.put_slice(cursor.as_bytes());
+        // Digits written in place: a control event goes to every subscriber, every event.
+        let _ = std::fmt::Write::write_fmt(out, format_args!("{cursor}"));
         out.put_slice(b"\"");
     }
     if up_to_date {
@@ -257,7 +252,7 @@ mod tests {
 
     fn control(at: u64, tail: u64, closed: bool) -> (bool, serde_json::Value) {
         let mut out = BytesMut::new();
-        let closing = write_control(&mut out, at, tail, closed, "1234");
+        let closing = write_control(&mut out, at, tail, closed, 1234);
         let text = std::str::from_utf8(&out).unwrap();
         let data = text
             .strip_prefix("event: control\ndata:")
