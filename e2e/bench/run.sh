@@ -4,7 +4,8 @@
 # both on loopback, same load generator, alternating rounds in one run.
 #
 # Usage: e2e/bench/run.sh [--rounds N] [--duration 10s] [--soak SECONDS] [--gateway]
-#   --gateway  also measure ursula-gateway's overhead: appends direct vs through it, and SSE
+#   --gateway  also measure ursula-gateway's overhead: appends direct vs through it (and through
+#              `ursula-bench relay`, a byte-copying relay: the floor of any proxy), and SSE
 #              fan-out to 1,000 subscribers directly and through it
 # Prints one JSON line per measurement and a summary with ratios.
 set -euo pipefail
@@ -86,15 +87,21 @@ if [ "$gateway" = 1 ]; then
   "$root/target/release/ursula-gateway" --listen 127.0.0.1:4547 --admin-listen 127.0.0.1:4548 \
     --upstream http://127.0.0.1:4537 2>"$work/gateway.log" &
   pids+=($!); gateway_pid=$!
+  # The floor of any front door: a relay that copies bytes without reading HTTP.
+  "$bench" relay --listen 127.0.0.1:4557 --upstream 127.0.0.1:4537 2>"$work/relay.log" &
+  pids+=($!); relay_pid=$!
   sleep 1
   gw="$work/gateway.jsonl"
   for round in $(seq 1 "$rounds"); do
     "$bench" --url http://127.0.0.1:4537 --label direct append --duration "$duration" \
       --server-pids "$ursula_pid" | tee -a "$gw"
+    "$bench" --url http://127.0.0.1:4557 --label relay append --duration "$duration" \
+      --server-pids "$ursula_pid,$relay_pid" | tee -a "$gw"
     "$bench" --url http://127.0.0.1:4547 --label gateway append --duration "$duration" \
       --server-pids "$ursula_pid,$gateway_pid" | tee -a "$gw"
   done
   "$bench" --url http://127.0.0.1:4537 --label direct sse --subscribers 1000 --duration "$duration" | tee -a "$gw"
+  "$bench" --url http://127.0.0.1:4557 --label relay sse --subscribers 1000 --duration "$duration" | tee -a "$gw"
   "$bench" --url http://127.0.0.1:4547 --label gateway sse --subscribers 1000 --duration "$duration" | tee -a "$gw"
   curl -s http://127.0.0.1:4548/metrics | grep -E '^ursula_gateway_shared_tail' | tee "$work/tails.txt"
   python3 - "$gw" <<'PY'
@@ -104,9 +111,12 @@ def med(label, key):
     return statistics.median([r[key] for r in rows if r["label"] == label and r["bench"] == "append"])
 d, g = med("direct", "appends_per_sec"), med("gateway", "appends_per_sec")
 print(f"\ngateway: {g:.0f}/s vs direct {d:.0f}/s: {g / d:.2f}x; p99 {med('gateway','p99_ms'):.3f} vs {med('direct','p99_ms'):.3f} ms (added {med('gateway','p99_ms') - med('direct','p99_ms'):.3f} ms)")
+r = med("relay", "appends_per_sec")
+print(f"byte relay (the floor of any proxy): {r:.0f}/s: {r / d:.2f}x direct; the gateway is {g / r:.2f}x the relay; relay p99 {med('relay','p99_ms'):.3f} ms")
 dc, gc = med("direct", "server_cpu_us_per_append"), med("gateway", "server_cpu_us_per_append")
-print(f"server CPU per append: node alone {dc:.1f} µs; node + gateway {gc:.1f} µs (the gateway adds {gc - dc:.1f} µs)")
-for label in ("direct", "gateway"):
+rc = med("relay", "server_cpu_us_per_append")
+print(f"server CPU per append: node alone {dc:.1f} µs; node + gateway {gc:.1f} µs (the gateway adds {gc - dc:.1f} µs); node + relay {rc:.1f} µs (the relay adds {rc - dc:.1f} µs)")
+for label in ("direct", "relay", "gateway"):
     s = [r for r in rows if r["bench"] == "sse" and r["label"] == label][0]
     print(f"SSE 1,000 subscribers, {label:7}: p50 {s['p50_ms']:.3f} ms p99 {s['p99_ms']:.3f} ms, delivered {s['deliveries']}/{s['expected_deliveries']}")
 PY

@@ -6,13 +6,16 @@
 //!   message with its send time; reports delivery latency percentiles and checks that every
 //!   subscriber got every message.
 //! - `long-poll`: the same with subscribers that follow the stream with long-polls.
+//! - `relay`: not a measurement but a baseline: a byte-copying TCP relay, the cheapest proxy
+//!   there is, to measure what any front door costs (`relay.rs`).
 //!
-//! Both print one JSON line on stdout (for scripts) after a human summary on stderr.
+//! The measurements print one JSON line on stdout (for scripts) after a human summary on stderr.
 
 mod append;
 mod client;
 mod cpu;
 mod lean;
+mod relay;
 mod sse;
 mod stats;
 
@@ -46,6 +49,9 @@ struct FanOut {
     rate: u64,
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     duration: Duration,
+    /// Bytes per message (at least the send-time stamp, ~12 bytes).
+    #[arg(long, default_value_t = 0)]
+    size: usize,
 }
 
 #[derive(Subcommand)]
@@ -76,6 +82,14 @@ enum Command {
     /// Long-poll fan-out delivery latency: each subscriber polls from the last offset with
     /// the last cursor, as the Durable Streams client does.
     LongPoll(FanOut),
+    /// Relays connections to an upstream byte for byte until killed (a proxy baseline).
+    Relay {
+        #[arg(long)]
+        listen: String,
+        /// host:port of the upstream.
+        #[arg(long)]
+        upstream: String,
+    },
 }
 
 impl FanOut {
@@ -84,6 +98,7 @@ impl FanOut {
             subscribers: self.subscribers,
             rate: self.rate,
             duration: self.duration,
+            size: self.size,
             live,
         }
     }
@@ -137,6 +152,7 @@ fn main() {
                 let options = fan_out.options(sse::Live::LongPoll);
                 sse::run(client, &args.prefix, &args.label, options).await
             }
+            Command::Relay { listen, upstream } => relay::run(&listen, &upstream).await,
         }
     });
     match result {

@@ -12,6 +12,8 @@ pub struct Options {
     pub subscribers: usize,
     pub rate: u64,
     pub duration: Duration,
+    /// Bytes per message at least: the stamp, then filler.
+    pub size: usize,
     pub live: Live,
 }
 
@@ -55,7 +57,12 @@ pub async fn run(client: Client, prefix: &str, label: &str, o: Options) -> Resul
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
     for _ in 0..expected {
         tick.tick().await;
-        let stamp = format!("{} ", origin.elapsed().as_nanos());
+        let mut stamp = format!("{} ", origin.elapsed().as_nanos());
+        if stamp.len() < o.size {
+            // Filler the stamp reader skips: no digits.
+            stamp.extend(std::iter::repeat_n('x', o.size - stamp.len() - 1));
+            stamp.push(' ');
+        }
         client
             .send(Method::POST, &path, Some("text/plain"), Bytes::from(stamp))
             .await?;
