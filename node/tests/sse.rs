@@ -104,3 +104,74 @@ async fn an_echoed_cursor_is_passed_and_never_goes_down() {
         "never down: {cursors:?}"
     );
 }
+
+/// Subscribers woken by the same append share the event rendered for their position, and only
+/// that: one that started elsewhere, or whose cursor is its own, gets its own event.
+#[tokio::test]
+async fn subscribers_at_other_positions_or_cursors_get_their_own_events() {
+    let node = start_in_process(|config| {
+        config.server.sse_max_duration = Duration::from_millis(900);
+    })
+    .await;
+    assert_eq!(
+        node.client.put("/demo", &[], "").await.status,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        node.client.put("/demo/f", &[TEXT], "first;").await.status,
+        StatusCode::CREATED
+    );
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as u64;
+    let echo = ursula_wire::cursor::interval(now_ms) + 3;
+    let subscribe = |query: String| {
+        let client = node.client.clone();
+        tokio::spawn(async move { client.get(&format!("/demo/f?live=sse&{query}")).await })
+    };
+    let plain = [
+        subscribe("offset=-1".into()),
+        subscribe("offset=-1".into()),
+        subscribe("offset=-1".into()),
+    ];
+    let echoing = subscribe(format!("offset=-1&cursor={echo}"));
+    let from_now = subscribe("offset=now".into());
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    for i in 0..6 {
+        node.client.post("/demo/f", &[TEXT], format!("m{i};")).await;
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    let appended = "m0;m1;m2;m3;m4;m5;";
+
+    /// The data and the cursors of a session's events.
+    fn read(text: &str) -> (String, Vec<u64>) {
+        let mut data = String::new();
+        let mut cursors = Vec::new();
+        for line in text.lines() {
+            if let Some(json) = line.strip_prefix("data:{") {
+                let value: serde_json::Value =
+                    serde_json::from_str(&format!("{{{json}")).expect("control JSON");
+                if let Some(cursor) = value["streamCursor"].as_str() {
+                    cursors.push(cursor.parse().expect("cursor digits"));
+                }
+            } else if let Some(payload) = line.strip_prefix("data:") {
+                data.push_str(payload);
+            }
+        }
+        (data, cursors)
+    }
+    for subscriber in plain {
+        let (data, cursors) = read(&subscriber.await.expect("subscriber").text());
+        assert_eq!(data, format!("first;{appended}"));
+        assert!(cursors.iter().all(|c| *c < echo), "{cursors:?} < {echo}");
+    }
+    let (data, cursors) = read(&echoing.await.expect("subscriber").text());
+    assert_eq!(data, format!("first;{appended}"));
+    assert!(
+        !cursors.is_empty() && cursors.iter().all(|c| *c > echo),
+        "{cursors:?} > {echo}"
+    );
+    let (data, _) = read(&from_now.await.expect("subscriber").text());
+    assert_eq!(data, appended, "from now: only what came after");
+}

@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, oneshot};
 pub use applier::AppliedBatch;
 pub use metrics::Metrics;
 pub use read::{ReadError, Slice};
-pub use registry::StreamHandle;
+pub use registry::{RenderKey, Rendered, StreamHandle};
 
 use crate::cluster::types::{NodeId, Raft};
 use crate::machine::{BucketState, Command, Limits, Outcome, Refusal, StreamMeta, StreamPath};

@@ -44,6 +44,30 @@ pub struct StreamHandle {
     /// The WAL record that last changed this stream.
     changed_seq: AtomicU64,
     cache: Mutex<TailCache>,
+    /// The last live event rendered for this stream (see `Rendered`).
+    rendered: Mutex<Option<Arc<Rendered>>>,
+}
+
+/// A live read's event as the HTTP layer rendered it, kept for the next subscriber at the
+/// same position: with many subscribers on one stream every new record would otherwise be
+/// read, framed and formatted once per subscriber. The engine only stores it; `key` says
+/// what it was rendered from, and a reader that asks with a different key renders its own.
+pub struct Rendered {
+    pub key: RenderKey,
+    pub bytes: Bytes,
+    /// The offset after the event's data.
+    pub next: u64,
+}
+
+/// Everything a live event's bytes depend on besides the stream's immutable records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RenderKey {
+    pub from: u64,
+    pub tail: u64,
+    pub closed: bool,
+    pub cursor: u64,
+    pub base64: bool,
+    pub max_bytes: usize,
 }
 
 impl StreamHandle {
@@ -57,7 +81,21 @@ impl StreamHandle {
             removed: AtomicBool::new(false),
             changed_seq: AtomicU64::new(seq),
             cache: Mutex::new(TailCache::default()),
+            rendered: Mutex::new(None),
         }
+    }
+
+    /// The event last rendered for `key`, if that is what was last rendered.
+    pub fn rendered(&self, key: &RenderKey) -> Option<Arc<Rendered>> {
+        self.rendered
+            .lock()
+            .as_ref()
+            .filter(|rendered| rendered.key == *key)
+            .cloned()
+    }
+
+    pub fn keep_rendered(&self, rendered: Arc<Rendered>) {
+        *self.rendered.lock() = Some(rendered);
     }
 
     pub fn meta(&self) -> Arc<StreamMeta> {

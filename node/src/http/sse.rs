@@ -20,7 +20,7 @@ use ursula_wire::headers;
 use super::App;
 use super::handlers::read::read_chunk;
 use super::response::{Body, Reply};
-use crate::engine::{Engine, StreamHandle, now_ms};
+use crate::engine::{Engine, RenderKey, Rendered, StreamHandle, now_ms};
 use crate::machine::StreamMeta;
 use crate::machine::stream::normalize_content_type;
 use crate::offset;
@@ -113,15 +113,29 @@ impl Session {
                 return None;
             }
             if self.at < meta.tail {
-                let chunk =
-                    read_chunk(&self.engine, &self.handle, &meta, self.at, self.chunk_size).ok()?;
-                self.at = chunk.next;
-                let mut event = BytesMut::with_capacity(chunk.body.len() + 128);
-                self.data_event(&mut event, &chunk.body);
-                self.ended = self.control_event(&mut event, &meta, self.at);
+                let key = RenderKey {
+                    from: self.at,
+                    tail: meta.tail,
+                    closed: meta.closed,
+                    cursor: self.cursor.at(now_ms()),
+                    base64: self.base64,
+                    max_bytes: self.chunk_size,
+                };
+                // Subscribers woken by the same append mostly ask for the same event: the
+                // first renders it, the others send the same bytes.
+                let rendered = match self.handle.rendered(&key) {
+                    Some(rendered) if self.at >= meta.retained_from => rendered,
+                    _ => {
+                        let rendered = Arc::new(self.render(&meta, key)?);
+                        self.handle.keep_rendered(rendered.clone());
+                        rendered
+                    }
+                };
+                self.at = rendered.next;
+                self.ended = meta.closed && rendered.next == meta.tail;
                 self.announced = true;
                 self.last_sent = Instant::now();
-                return Some(event.freeze());
+                return Some(rendered.bytes.clone());
             }
             if !self.announced || meta.closed {
                 let mut event = BytesMut::with_capacity(128);
@@ -150,6 +164,19 @@ impl Session {
                 () = super::until_stopping(&mut self.stopping) => return None,
             }
         }
+    }
+
+    /// A data event from `key.from` with the control event after it.
+    fn render(&self, meta: &StreamMeta, key: RenderKey) -> Option<Rendered> {
+        let chunk = read_chunk(&self.engine, &self.handle, meta, key.from, key.max_bytes).ok()?;
+        let mut event = BytesMut::with_capacity(chunk.body.len() + 128);
+        self.data_event(&mut event, &chunk.body);
+        write_control(&mut event, chunk.next, key.tail, key.closed, key.cursor);
+        Some(Rendered {
+            key,
+            bytes: event.freeze(),
+            next: chunk.next,
+        })
     }
 
     fn data_event(&self, out: &mut BytesMut, payload: &[u8]) {
