@@ -6,20 +6,37 @@ mod support;
 use std::time::{Duration, Instant};
 
 use http::StatusCode;
-use support::start_in_process;
+use support::{InProcess, start_in_process};
 
 const TEXT: (&str, &str) = ("content-type", "text/plain");
 
-#[tokio::test]
-async fn a_session_delivers_appends_and_ends_at_its_maximum_duration() {
-    let max = Duration::from_millis(800);
+/// A node whose SSE sessions last `max`, with the text stream `path` of bucket `demo`.
+async fn node_with_stream(max: Duration, path: &str, body: &'static str) -> InProcess {
     let node = start_in_process(|config| config.server.sse_max_duration = max).await;
     assert_eq!(
         node.client.put("/demo", &[], "").await.status,
         StatusCode::CREATED
     );
-    let created = node.client.put("/demo/s", &[TEXT], "hello").await;
-    assert_eq!(created.status, StatusCode::CREATED);
+    assert_eq!(
+        node.client.put(path, &[TEXT], body).await.status,
+        StatusCode::CREATED
+    );
+    node
+}
+
+/// A cursor a client could echo that is ahead of the current interval.
+fn cursor_ahead() -> u64 {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as u64;
+    ursula_wire::cursor::interval(now_ms) + 3
+}
+
+#[tokio::test]
+async fn a_session_delivers_appends_and_ends_at_its_maximum_duration() {
+    let max = Duration::from_millis(800);
+    let node = node_with_stream(max, "/demo/s", "hello").await;
 
     let appender = node.client.clone();
     let append_later = tokio::spawn(async move {
@@ -59,23 +76,8 @@ async fn a_session_delivers_appends_and_ends_at_its_maximum_duration() {
 /// within one session they never go down (the jitter is drawn once, not per event).
 #[tokio::test]
 async fn an_echoed_cursor_is_passed_and_never_goes_down() {
-    let node = start_in_process(|config| {
-        config.server.sse_max_duration = Duration::from_millis(800);
-    })
-    .await;
-    assert_eq!(
-        node.client.put("/demo", &[], "").await.status,
-        StatusCode::CREATED
-    );
-    assert_eq!(
-        node.client.put("/demo/c", &[TEXT], "").await.status,
-        StatusCode::CREATED
-    );
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_millis() as u64;
-    let echo = ursula_wire::cursor::interval(now_ms) + 3;
+    let node = node_with_stream(Duration::from_millis(800), "/demo/c", "").await;
+    let echo = cursor_ahead();
     let appender = node.client.clone();
     let appends = tokio::spawn(async move {
         for i in 0..12 {
@@ -109,23 +111,8 @@ async fn an_echoed_cursor_is_passed_and_never_goes_down() {
 /// that: one that started elsewhere, or whose cursor is its own, gets its own event.
 #[tokio::test]
 async fn subscribers_at_other_positions_or_cursors_get_their_own_events() {
-    let node = start_in_process(|config| {
-        config.server.sse_max_duration = Duration::from_millis(900);
-    })
-    .await;
-    assert_eq!(
-        node.client.put("/demo", &[], "").await.status,
-        StatusCode::CREATED
-    );
-    assert_eq!(
-        node.client.put("/demo/f", &[TEXT], "first;").await.status,
-        StatusCode::CREATED
-    );
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_millis() as u64;
-    let echo = ursula_wire::cursor::interval(now_ms) + 3;
+    let node = node_with_stream(Duration::from_millis(900), "/demo/f", "first;").await;
+    let echo = cursor_ahead();
     let subscribe = |query: String| {
         let client = node.client.clone();
         tokio::spawn(async move { client.get(&format!("/demo/f?live=sse&{query}")).await })
