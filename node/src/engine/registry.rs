@@ -94,8 +94,11 @@ impl StreamHandle {
             .cloned()
     }
 
+    /// Keeps `rendered` for the stream's other live readers; with none, keeps nothing, so
+    /// that a stream followed by one reader does not hold its last event in memory.
     pub fn keep_rendered(&self, rendered: Arc<Rendered>) {
-        *self.rendered.lock() = Some(rendered);
+        let shared = self.version.receiver_count() > 1;
+        *self.rendered.lock() = shared.then_some(rendered);
     }
 
     pub fn meta(&self) -> Arc<StreamMeta> {
@@ -376,6 +379,56 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::*;
+
+    /// A rendered event is kept only while another live reader could use it.
+    #[test]
+    fn a_rendered_event_is_kept_only_for_other_readers() {
+        let meta = StreamMeta {
+            id: 1,
+            path: crate::machine::StreamPath::new("demo", "s"),
+            content_type: "text/plain".into(),
+            ttl_secs: None,
+            expires_at: None,
+            expiry_inherited: false,
+            created_ms: 0,
+            last_access_ms: 0,
+            closed: false,
+            tail: 10,
+            retained_from: 0,
+            fork: None,
+            fork_children: 0,
+            soft_deleted: false,
+            stream_seq: None,
+            snapshots: Default::default(),
+        };
+        let handle = StreamHandle::new(Arc::new(meta), 0);
+        let key = RenderKey {
+            from: 0,
+            tail: 10,
+            closed: false,
+            cursor: 7,
+            base64: false,
+            max_bytes: 1024,
+        };
+        let render = || {
+            Arc::new(Rendered {
+                key,
+                bytes: Bytes::from_static(b"event"),
+                next: 10,
+            })
+        };
+        let _alone = handle.subscribe();
+        handle.keep_rendered(render());
+        assert!(handle.rendered(&key).is_none(), "one reader: nothing kept");
+        let _another = handle.subscribe();
+        handle.keep_rendered(render());
+        assert!(handle.rendered(&key).is_some(), "two readers: kept");
+        let elsewhere = RenderKey { from: 3, ..key };
+        assert!(
+            handle.rendered(&elsewhere).is_none(),
+            "another key: not this"
+        );
+    }
 
     /// A reader waiting for redb wakes the applier out of its gathering interval.
     #[tokio::test]
