@@ -162,3 +162,40 @@ async fn subscribers_at_other_positions_or_cursors_get_their_own_events() {
     let (data, _) = read(&from_now.await.expect("subscriber").text());
     assert_eq!(data, appended, "from now: only what came after");
 }
+
+/// An echoed cursor of any size gets a greater one back, on long-polls and in SSE sessions.
+#[tokio::test]
+async fn an_echoed_cursor_beyond_64_bits_gets_a_greater_one() {
+    let node = node_with_stream(Duration::from_millis(300), "/demo/h", "x").await;
+    let echo = "98765432109876543210987654321";
+    let greater =
+        |reply: &str| reply.len() > echo.len() || (reply.len() == echo.len() && reply > echo);
+    let polled = node
+        .client
+        .get(&format!("/demo/h?offset=-1&live=long-poll&cursor={echo}"))
+        .await;
+    assert_eq!(polled.status, StatusCode::OK, "{}", polled.text());
+    let cursor = polled
+        .header("stream-cursor")
+        .expect("Stream-Cursor")
+        .to_owned();
+    assert!(greater(&cursor), "long-poll: {cursor} > {echo}");
+    let events = node
+        .client
+        .get(&format!("/demo/h?offset=-1&live=sse&cursor={echo}"))
+        .await
+        .text();
+    let cursors: Vec<String> = events
+        .lines()
+        .filter_map(|line| line.strip_prefix("data:{"))
+        .filter_map(|json| {
+            let value: serde_json::Value = serde_json::from_str(&format!("{{{json}")).ok()?;
+            Some(value["streamCursor"].as_str()?.to_owned())
+        })
+        .collect();
+    assert!(!cursors.is_empty(), "{events}");
+    assert!(
+        cursors.iter().all(|c| greater(c)),
+        "SSE: {cursors:?} > {echo}"
+    );
+}

@@ -13,17 +13,84 @@ pub fn interval(now_ms: u64) -> u64 {
     now_ms.saturating_sub(EPOCH_MS) / INTERVAL_MS
 }
 
+/// A cursor. Clients may echo any digits, and the reply to one at or past the current
+/// interval must exceed it, however large it is: an echo beyond `u64` is kept as its digits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cursor {
+    Number(u64),
+    /// Decimal digits without leading zeros, greater than `u64::MAX`.
+    Beyond(String),
+}
+
+impl std::fmt::Display for Cursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Number(n) => write!(f, "{n}"),
+            Self::Beyond(digits) => f.write_str(digits),
+        }
+    }
+}
+
+impl Cursor {
+    /// A client's echo: decimal digits, or nothing (anything else counts as no echo).
+    pub fn parse_echo(text: &str) -> Option<Self> {
+        if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let digits = text.trim_start_matches('0');
+        Some(match digits.parse() {
+            Ok(n) => Self::Number(n),
+            Err(_) if digits.is_empty() => Self::Number(0),
+            Err(_) => Self::Beyond(digits.to_owned()),
+        })
+    }
+
+    fn at_or_past(&self, interval: u64) -> bool {
+        match self {
+            Self::Number(n) => *n >= interval,
+            Self::Beyond(_) => true,
+        }
+    }
+
+    fn plus(&self, n: u64) -> Self {
+        match self {
+            Self::Number(m) => m.checked_add(n).map_or_else(
+                || Self::Beyond(add_decimal(&m.to_string(), n)),
+                Self::Number,
+            ),
+            Self::Beyond(digits) => Self::Beyond(add_decimal(digits, n)),
+        }
+    }
+}
+
+/// `digits + n`, in decimal.
+fn add_decimal(digits: &str, n: u64) -> String {
+    let mut out: Vec<u8> = Vec::with_capacity(digits.len() + 1);
+    let mut carry = u128::from(n);
+    for digit in digits.bytes().rev() {
+        let sum = u128::from(digit - b'0') + carry;
+        out.push(b'0' + (sum % 10) as u8);
+        carry = sum / 10;
+    }
+    while carry > 0 {
+        out.push(b'0' + (carry % 10) as u8);
+        carry /= 10;
+    }
+    out.reverse();
+    String::from_utf8(out).unwrap_or_default()
+}
+
 /// The cursor for a response to a client that echoed `client` (a cursor that is not a number
 /// counts as none).
 pub fn next(now_ms: u64, client: Option<&str>) -> String {
-    value(now_ms, client.and_then(|c| c.parse().ok())).to_string()
+    value(now_ms, client.and_then(Cursor::parse_echo)).to_string()
 }
 
-fn value(now_ms: u64, echoed: Option<u64>) -> u64 {
+fn value(now_ms: u64, echoed: Option<Cursor>) -> Cursor {
     let current = interval(now_ms);
     match echoed {
-        Some(echoed) if echoed >= current => echoed.saturating_add(jitter(now_ms)),
-        _ => current,
+        Some(echoed) if echoed.at_or_past(current) => echoed.plus(jitter(now_ms)),
+        _ => Cursor::Number(current),
     }
 }
 
@@ -31,26 +98,32 @@ fn value(now_ms: u64, echoed: Option<u64>) -> u64 {
 /// later one the current interval or the last one sent, whichever is greater.
 #[derive(Debug, Clone)]
 pub struct Session {
-    last: u64,
+    last: Cursor,
 }
 
 impl Session {
-    pub fn new(now_ms: u64, echoed: Option<u64>) -> Self {
+    pub fn new(now_ms: u64, echoed: Option<Cursor>) -> Self {
         Self {
             last: value(now_ms, echoed),
         }
     }
 
     /// The cursor for an event sent at `now_ms`.
-    pub fn at(&mut self, now_ms: u64) -> u64 {
-        self.last = self.last.max(interval(now_ms));
-        self.last
+    pub fn at(&mut self, now_ms: u64) -> Cursor {
+        let current = interval(now_ms);
+        if !self.last.at_or_past(current) {
+            self.last = Cursor::Number(current);
+        }
+        self.last.clone()
     }
 
     /// Whether this session's cursors are still its own, ahead of the current interval that
     /// a client without an echo gets.
     pub fn is_ahead(&self, now_ms: u64) -> bool {
-        self.last > interval(now_ms)
+        match &self.last {
+            Cursor::Number(n) => *n > interval(now_ms),
+            Cursor::Beyond(_) => true,
+        }
     }
 }
 
@@ -88,22 +161,72 @@ mod tests {
     fn a_session_never_sends_a_smaller_cursor() {
         let start = EPOCH_MS + 45_000;
         let mut plain = Session::new(start, None);
-        assert_eq!(plain.at(start), 2);
+        assert_eq!(plain.at(start), Cursor::Number(2));
         assert!(!plain.is_ahead(start));
-        assert_eq!(plain.at(start + INTERVAL_MS), 3);
+        assert_eq!(plain.at(start + INTERVAL_MS), Cursor::Number(3));
         for _ in 0..100 {
-            let mut echoed = Session::new(start, Some(2));
-            let first = echoed.at(start);
+            let mut echoed = Session::new(start, Some(Cursor::Number(2)));
+            let Cursor::Number(first) = echoed.at(start) else {
+                panic!("a small echo gives a small cursor")
+            };
             assert!(first > 2 && echoed.is_ahead(start));
             let mut last = first;
             for step in 0..400 {
-                let cursor = echoed.at(start + step * INTERVAL_MS);
+                let Cursor::Number(cursor) = echoed.at(start + step * INTERVAL_MS) else {
+                    panic!("a small echo gives a small cursor")
+                };
                 assert!(cursor >= last);
                 last = cursor;
             }
             // Past its jitter, the session follows the clock.
             assert_eq!(last, 2 + 399);
             assert!(!echoed.is_ahead(start + 399 * INTERVAL_MS));
+        }
+    }
+
+    /// Compares two cursors' digits as numbers.
+    fn greater(a: &str, b: &str) -> bool {
+        (a.len(), a) > (b.len(), b)
+    }
+
+    #[test]
+    fn an_echo_of_any_size_gets_a_greater_cursor() {
+        let now = EPOCH_MS + 45_000;
+        for echo in [
+            "18446744073709551615",
+            "18446744073709551610",
+            "99999999999999999999999999999999999999999999",
+            "000000000000000000000000000000000000000000123456789012345678901234567890",
+        ] {
+            for _ in 0..50 {
+                let reply = next(now, Some(echo));
+                assert!(reply.bytes().all(|b| b.is_ascii_digit()), "{reply}");
+                assert!(
+                    greater(&reply, echo.trim_start_matches('0')),
+                    "{reply} > {echo}"
+                );
+            }
+        }
+        assert_eq!(add_decimal("999", 1), "1000");
+        assert_eq!(
+            add_decimal("18446744073709551615", 5),
+            "18446744073709551620"
+        );
+        assert_eq!(Cursor::parse_echo("000"), Some(Cursor::Number(0)));
+        assert_eq!(Cursor::parse_echo("+5"), None);
+        assert_eq!(Cursor::parse_echo(""), None);
+    }
+
+    #[test]
+    fn a_session_from_a_huge_echo_stays_ahead_and_never_goes_down() {
+        let start = EPOCH_MS + 45_000;
+        let echo = Cursor::parse_echo("123456789012345678901234567890");
+        let mut session = Session::new(start, echo);
+        let first = session.at(start).to_string();
+        assert!(greater(&first, "123456789012345678901234567890"));
+        for step in 0..100 {
+            assert_eq!(session.at(start + step * INTERVAL_MS).to_string(), first);
+            assert!(session.is_ahead(start + step * INTERVAL_MS));
         }
     }
 }

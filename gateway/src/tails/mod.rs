@@ -211,7 +211,7 @@ async fn open_tail(
     gateway: &Gateway,
     prepared: &Prepared,
     mut opening: Opening,
-    echo: Option<u64>,
+    echo: Option<cursor::Cursor>,
 ) -> Result<Response<Body>, Refusal> {
     let answer = gateway.send(prepared).await?;
     let is_event_stream = answer
@@ -275,7 +275,7 @@ async fn join(
                 Phase::Open => match state.position.as_deref() {
                     Some(position) if position == target => {
                         let (status, headers) = state.head.clone()?;
-                        let mut cursor = cursor::Session::new(now_ms(), request.echo);
+                        let mut cursor = cursor::Session::new(now_ms(), request.echo.clone());
                         let first = control_event(
                             position,
                             &cursor.at(now_ms()).to_string(),

@@ -1,6 +1,7 @@
 //! Which SSE requests can share a subscription, and with whom.
 
 use http::Method;
+use ursula_wire::cursor::Cursor;
 
 use crate::proxy::Prepared;
 
@@ -13,7 +14,7 @@ pub(crate) struct TailRequest {
     pub start: Start,
     /// The `cursor` the client echoed: the node gives a client that echoes one at or past the
     /// current interval a greater one of its own.
-    pub echo: Option<u64>,
+    pub echo: Option<Cursor>,
     /// The request as the node is sent it when this client opens the subscription: without
     /// the client's cursor, so that the node's control events suit every client.
     pub upstream_path_and_query: String,
@@ -55,10 +56,7 @@ impl TailRequest {
         }
         let echo = match echoed {
             None => None,
-            Some(text) if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) => {
-                Some(text.parse().ok()?)
-            }
-            Some(_) => return None,
+            Some(text) => Some(Cursor::parse_echo(text)?),
         };
         let start = match offset? {
             "now" => Start::Now,
@@ -141,7 +139,7 @@ mod tests {
             (
                 Method::GET,
                 "/d/s?offset=now&live=sse&cursor=99999999999999999999999",
-                None,
+                Some("/d/s?"),
             ),
             (
                 Method::GET,
@@ -168,7 +166,7 @@ mod tests {
     #[test]
     fn the_node_is_asked_without_the_cursor_and_cors_requests_share_apart() {
         let request = of(Method::GET, "/d/s?cursor=42&offset=now&live=sse", false).unwrap();
-        assert_eq!(request.echo, Some(42));
+        assert_eq!(request.echo, Some(Cursor::Number(42)));
         assert_eq!(request.upstream_path_and_query, "/d/s?offset=now&live=sse");
         let cors = of(Method::GET, "/d/s?offset=now&live=sse", true).unwrap();
         assert_ne!(cors.key, request.key);

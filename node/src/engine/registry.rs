@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU64, Ordering};
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::watch;
+use ursula_wire::cursor::Cursor;
 
 use crate::machine::{BucketState, Effect, StreamMeta, StreamPath};
 use crate::storage::Record;
@@ -60,12 +61,12 @@ pub struct Rendered {
 }
 
 /// Everything a live event's bytes depend on besides the stream's immutable records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RenderKey {
     pub from: u64,
     pub tail: u64,
     pub closed: bool,
-    pub cursor: u64,
+    pub cursor: Cursor,
     pub base64: bool,
     pub max_bytes: usize,
 }
@@ -406,13 +407,13 @@ mod tests {
             from: 0,
             tail: 10,
             closed: false,
-            cursor: 7,
+            cursor: Cursor::Number(7),
             base64: false,
             max_bytes: 1024,
         };
         let render = || {
             Arc::new(Rendered {
-                key,
+                key: key.clone(),
                 bytes: Bytes::from_static(b"event"),
                 next: 10,
             })
@@ -423,7 +424,10 @@ mod tests {
         let _another = handle.subscribe();
         handle.keep_rendered(render());
         assert!(handle.rendered(&key).is_some(), "two readers: kept");
-        let elsewhere = RenderKey { from: 3, ..key };
+        let elsewhere = RenderKey {
+            from: 3,
+            ..key.clone()
+        };
         assert!(
             handle.rendered(&elsewhere).is_none(),
             "another key: not this"

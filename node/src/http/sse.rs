@@ -24,7 +24,7 @@ use crate::engine::{Engine, RenderKey, Rendered, StreamHandle, now_ms};
 use crate::machine::StreamMeta;
 use crate::machine::stream::normalize_content_type;
 use crate::offset;
-use ursula_wire::cursor;
+use ursula_wire::cursor::{self, Cursor};
 
 /// A comment line keeps idle connections (and the proxies on the way) alive.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -48,7 +48,10 @@ pub fn respond(
         deadline,
         timer: Box::pin(tokio::time::sleep_until((now + KEEP_ALIVE).min(deadline))),
         last_sent: now,
-        cursor: cursor::Session::new(now_ms(), client_cursor.and_then(|c| c.parse().ok())),
+        cursor: cursor::Session::new(
+            now_ms(),
+            client_cursor.as_deref().and_then(Cursor::parse_echo),
+        ),
         stopping: app.stopping.clone(),
         at: from,
         announced: false,
@@ -171,7 +174,7 @@ impl Session {
         let chunk = read_chunk(&self.engine, &self.handle, meta, key.from, key.max_bytes).ok()?;
         let mut event = BytesMut::with_capacity(chunk.body.len() + 128);
         self.data_event(&mut event, &chunk.body);
-        write_control(&mut event, chunk.next, key.tail, key.closed, key.cursor);
+        write_control(&mut event, chunk.next, key.tail, key.closed, &key.cursor);
         Some(Rendered {
             key,
             bytes: event.freeze(),
@@ -207,14 +210,20 @@ impl Session {
     /// Writes the control event for position `at`; returns whether it was the closing one.
     fn control_event(&mut self, out: &mut BytesMut, meta: &StreamMeta, at: u64) -> bool {
         let cursor = self.cursor.at(now_ms());
-        write_control(out, at, meta.tail, meta.closed, cursor)
+        write_control(out, at, meta.tail, meta.closed, &cursor)
     }
 }
 
 /// An `event: control` for position `at` of a stream whose tail is `tail`; returns whether
 /// it is the closing one (the stream is closed and `at` is its tail). Offsets and cursors are
 /// digits (and `_`), so the JSON needs no escaping.
-fn write_control(out: &mut BytesMut, at: u64, tail: u64, stream_closed: bool, cursor: u64) -> bool {
+fn write_control(
+    out: &mut BytesMut,
+    at: u64,
+    tail: u64,
+    stream_closed: bool,
+    cursor: &Cursor,
+) -> bool {
     let up_to_date = at == tail;
     let closed = stream_closed && up_to_date;
     out.put_slice(b"event: control\ndata:{\"streamNextOffset\":\"");
@@ -279,7 +288,7 @@ mod tests {
 
     fn control(at: u64, tail: u64, closed: bool) -> (bool, serde_json::Value) {
         let mut out = BytesMut::new();
-        let closing = write_control(&mut out, at, tail, closed, 1234);
+        let closing = write_control(&mut out, at, tail, closed, &Cursor::Number(1234));
         let text = std::str::from_utf8(&out).unwrap();
         let data = text
             .strip_prefix("event: control\ndata:")
