@@ -1,5 +1,5 @@
 //! Access control and tenant limits, checked before anything is forwarded. Off unless
-//! `access.keys_file` is set.
+//! `access_keys_file` is set.
 //!
 //! The keys file (TOML) maps bearer tokens to principals, their tenant and the buckets they may
 //! read or write (`"*"` for all), and sets each tenant's limits:

@@ -124,6 +124,12 @@ impl Follow {
         }
     }
 
+    /// Whether every redirect so far carried the marker (true before any): only then may
+    /// the gateway mark what it answers for the request.
+    pub fn all_redirects_marked(&self) -> bool {
+        self.all_redirects_marked
+    }
+
     /// Call when a request was handed to the current upstream (its connection succeeded).
     pub fn delivered(&mut self) {
         self.delivered = true;
@@ -208,8 +214,11 @@ mod tests {
             f.observe(Observed::Answer, t0),
             Decision::Return { keep_marker: true }
         );
+        assert!(f.all_redirects_marked());
         let (mut f, _) = Follow::new(3, 0, Limits::default());
         f.observe(redirect(Some(1), false), t0);
+        // A refusal the gateway makes on this hop must go unmarked too.
+        assert!(!f.all_redirects_marked());
         assert_eq!(
             f.observe(Observed::Answer, t0),
             Decision::Return { keep_marker: false }

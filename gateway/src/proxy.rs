@@ -329,7 +329,12 @@ impl Gateway {
                     decision = follow.observe(Observed::ConnectFailed, Instant::now());
                     continue;
                 }
-                Err(Attempt::Failed(refusal)) => return Err(refusal),
+                Err(Attempt::Failed(mut refusal)) => {
+                    // A refusal on a later hop proves nothing if an earlier node redirected
+                    // without a marker: that node may have proposed the write.
+                    refusal.marked &= follow.all_redirects_marked();
+                    return Err(refusal);
+                }
             };
             follow.delivered();
             let answer_headers = answer.headers();
