@@ -52,7 +52,8 @@ pub struct UrsulaClusterSpec {
     pub gateway_resources: Option<ResourceRequirements>,
     /// The persistent volume of each voter.
     pub storage: StorageSpec,
-    /// Object storage for the cold tier and staged large bodies.
+    /// Object storage for the cold tier and staged large bodies. Not supported by this
+    /// version: a cluster that sets it is refused (`InvalidSpec`) rather than run without it.
     #[serde(default)]
     pub object_store: Option<ObjectStoreSpec>,
     /// Node configuration overrides, by the node's config key (`raft.snapshot_log_budget`,

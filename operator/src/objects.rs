@@ -64,6 +64,8 @@ const RESERVED_KEYS: [&str; 8] = [
 pub enum InvalidSpec {
     ReservedKey(String),
     BadKey(String),
+    /// `objectStore` is set, and this version has no cold tier to give it to.
+    ObjectStoreUnsupported,
 }
 
 impl std::fmt::Display for InvalidSpec {
@@ -73,6 +75,10 @@ impl std::fmt::Display for InvalidSpec {
                 write!(f, "nodeConfig may not set {key}: the operator sets it")
             }
             Self::BadKey(key) => write!(f, "nodeConfig key {key:?} is not a dotted config key"),
+            Self::ObjectStoreUnsupported => f.write_str(
+                "objectStore is set, but this version has no cold tier: every stream stays on \
+                 the voters' volumes; remove objectStore rather than have it ignored",
+            ),
         }
     }
 }
@@ -96,6 +102,9 @@ pub fn voter_host(cluster: &UrsulaCluster, ordinal: u8) -> String {
 /// StatefulSet's stable DNS names and the spec's overrides applied.
 pub fn node_config(cluster: &UrsulaCluster, ordinal: u8) -> Result<String, InvalidSpec> {
     use toml::{Table, Value};
+    if cluster.spec.object_store.is_some() {
+        return Err(InvalidSpec::ObjectStoreUnsupported);
+    }
     let mut root = Table::new();
     root.insert("node_id".into(), Value::Integer(i64::from(ordinal) + 1));
     root.insert("data_dir".into(), Value::String("/var/lib/ursula".into()));
@@ -299,6 +308,18 @@ mod tests {
                 "{key}"
             );
         }
+        let mut with_object_store = cluster(3, &[]);
+        with_object_store.spec.object_store = Some(crate::crd::ObjectStoreSpec {
+            bucket: "cold".into(),
+            endpoint: None,
+            region: None,
+            credentials_secret: "s3".into(),
+        });
+        assert_eq!(
+            node_config(&with_object_store, 0),
+            Err(InvalidSpec::ObjectStoreUnsupported),
+            "a cold tier this version does not have is refused, not ignored"
+        );
     }
 
     #[test]
