@@ -161,6 +161,14 @@ async fn subscribers_at_other_positions_or_cursors_get_their_own_events() {
     );
     let (data, _) = read(&from_now.await.expect("subscriber").text());
     assert_eq!(data, appended, "from now: only what came after");
+    // And the subscribers at the same position did share: the node says how often.
+    let metrics = node.admin.get("/metrics").await.text();
+    let shared: u64 = metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("ursula_sse_events_shared_total "))
+        .and_then(|n| n.parse().ok())
+        .expect("ursula_sse_events_shared_total");
+    assert!(shared > 0, "no event was shared:\n{metrics}");
 }
 
 /// An echoed cursor of any size gets a greater one back, on long-polls and in SSE sessions.

@@ -22,6 +22,9 @@ pub struct Metrics {
     /// AppendEntries RPCs this node received as a follower, and the entries they carried.
     pub append_rpcs: AtomicU64,
     pub append_rpc_entries: AtomicU64,
+    /// SSE data events rendered, and those sent as already rendered for another subscriber.
+    pub sse_events_rendered: AtomicU64,
+    pub sse_events_shared: AtomicU64,
     fsync_seconds_sum_ns: AtomicU64,
     fsync_buckets: [AtomicU64; FSYNC_BUCKETS.len()],
 }
@@ -86,6 +89,16 @@ impl Metrics {
                 "ursula_raft_append_rpc_entries_total",
                 "Entries those RPCs carried.",
                 &self.append_rpc_entries,
+            ),
+            (
+                "ursula_sse_events_rendered_total",
+                "SSE data events rendered for a subscriber.",
+                &self.sse_events_rendered,
+            ),
+            (
+                "ursula_sse_events_shared_total",
+                "SSE data events sent as another subscriber at the same position had them rendered.",
+                &self.sse_events_shared,
             ),
             (
                 "ursula_commit_failures_total",

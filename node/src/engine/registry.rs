@@ -102,6 +102,14 @@ impl StreamHandle {
         *self.rendered.lock() = shared.then_some(rendered);
     }
 
+    /// Called by a live reader as it goes, while it still counts as one: with at most one
+    /// reader left, the kept event is let go.
+    pub fn reader_leaving(&self) {
+        if self.version.receiver_count() <= 2 {
+            *self.rendered.lock() = None;
+        }
+    }
+
     pub fn meta(&self) -> Arc<StreamMeta> {
         self.meta.read().clone()
     }
@@ -175,6 +183,7 @@ impl StreamHandle {
 
     /// Drops records wholly below `offset` (after a retention advance).
     fn drop_below(&self, offset: u64, registry: &Registry) {
+        *self.rendered.lock() = None;
         let mut cache = self.cache.lock();
         while let Some(oldest) = cache.records.front() {
             if oldest.offset + oldest.bytes.len() as u64 > offset {
@@ -194,6 +203,7 @@ impl StreamHandle {
     }
 
     fn clear_cache(&self, registry: &Registry) {
+        *self.rendered.lock() = None;
         let mut cache = self.cache.lock();
         registry
             .cache_budget
@@ -431,6 +441,12 @@ mod tests {
         assert!(
             handle.rendered(&elsewhere).is_none(),
             "another key: not this"
+        );
+        handle.reader_leaving();
+        drop(_another);
+        assert!(
+            handle.rendered(&key).is_none(),
+            "one reader left: nothing kept"
         );
     }
 

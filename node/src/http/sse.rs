@@ -5,6 +5,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -103,6 +104,12 @@ struct Session {
     ended: bool,
 }
 
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.handle.reader_leaving();
+    }
+}
+
 impl Session {
     /// The next event to send (data with its control event, a control event alone, or a
     /// keep-alive comment), waiting for the stream to change; `None` ends the response.
@@ -126,11 +133,21 @@ impl Session {
                 };
                 // Subscribers woken by the same append mostly ask for the same event: the
                 // first renders it, the others send the same bytes.
+                // A read below a fork point goes through the source, whose own retention or
+                // deletion a fresh render must see.
+                let own_bytes = meta.fork.is_none_or(|fork| self.at >= fork.offset);
+                let metrics = &self.engine.metrics;
                 let rendered = match self.handle.rendered(&key) {
-                    Some(rendered) if self.at >= meta.retained_from => rendered,
+                    Some(rendered) if own_bytes && self.at >= meta.retained_from => {
+                        metrics.sse_events_shared.fetch_add(1, Ordering::Relaxed);
+                        rendered
+                    }
                     _ => {
                         let rendered = Arc::new(self.render(&meta, key)?);
-                        self.handle.keep_rendered(rendered.clone());
+                        metrics.sse_events_rendered.fetch_add(1, Ordering::Relaxed);
+                        if own_bytes {
+                            self.handle.keep_rendered(rendered.clone());
+                        }
                         rendered
                     }
                 };
