@@ -18,15 +18,18 @@ pub fn interval(now_ms: u64) -> u64 {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Cursor {
     Number(u64),
-    /// Decimal digits without leading zeros, greater than `u64::MAX`.
-    Beyond(String),
+    Beyond(Digits),
 }
+
+/// Decimal digits without leading zeros, greater than `u64::MAX`; only this module makes them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Digits(String);
 
 impl std::fmt::Display for Cursor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Number(n) => write!(f, "{n}"),
-            Self::Beyond(digits) => f.write_str(digits),
+            Self::Beyond(Digits(digits)) => f.write_str(digits),
         }
     }
 }
@@ -41,7 +44,7 @@ impl Cursor {
         Some(match digits.parse() {
             Ok(n) => Self::Number(n),
             Err(_) if digits.is_empty() => Self::Number(0),
-            Err(_) => Self::Beyond(digits.to_owned()),
+            Err(_) => Self::Beyond(Digits(digits.to_owned())),
         })
     }
 
@@ -55,10 +58,10 @@ impl Cursor {
     fn plus(&self, n: u64) -> Self {
         match self {
             Self::Number(m) => m.checked_add(n).map_or_else(
-                || Self::Beyond(add_decimal(&m.to_string(), n)),
+                || Self::Beyond(Digits(add_decimal(&m.to_string(), n))),
                 Self::Number,
             ),
-            Self::Beyond(digits) => Self::Beyond(add_decimal(digits, n)),
+            Self::Beyond(Digits(digits)) => Self::Beyond(Digits(add_decimal(digits, n))),
         }
     }
 }
