@@ -9,7 +9,15 @@ pub async fn run(listen: &str, upstream: &str) -> Result<String, crate::client::
     let listener = TcpListener::bind(listen).await?;
     eprintln!("relay: {listen} -> {upstream}");
     loop {
-        let (mut client, _) = listener.accept().await?;
+        let mut client = match listener.accept().await {
+            Ok((client, _)) => client,
+            Err(error) => {
+                // Out of file descriptors, say: the relay stays up for the connections it has.
+                eprintln!("relay: accept: {error}");
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                continue;
+            }
+        };
         let upstream = upstream.to_owned();
         tokio::spawn(async move {
             let Ok(mut server) = TcpStream::connect(&upstream).await else {
