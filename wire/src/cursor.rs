@@ -232,4 +232,23 @@ mod tests {
             assert!(session.is_ahead(start + step * INTERVAL_MS));
         }
     }
+
+    #[test]
+    fn decimal_addition_agrees_with_u128() {
+        let mut samples = vec![0, 1, 9, 10, 99, u64::MAX - 1, u64::MAX];
+        // A fixed pseudo-random walk over the rest of the range.
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        for _ in 0..2000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            samples.push(x);
+            samples.push(x >> (x % 64));
+        }
+        for (i, &m) in samples.iter().enumerate() {
+            let n = samples[(i * 7 + 3) % samples.len()];
+            let expected = (u128::from(m) + u128::from(n)).to_string();
+            assert_eq!(add_decimal(&m.to_string(), n), expected, "{m} + {n}");
+        }
+    }
 }
