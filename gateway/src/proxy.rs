@@ -109,15 +109,16 @@ impl Refusal {
 }
 
 /// Connection-scoped headers, never forwarded in either direction.
-const HOP_BY_HOP: [&str; 8] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "proxy-authorization",
+/// (Names, not strings: a string is parsed into a name on every look-up.)
+static HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::PROXY_AUTHORIZATION,
 ];
 
 fn strip_hop_by_hop(map: &mut HeaderMap) {
@@ -131,7 +132,7 @@ fn strip_hop_by_hop(map: &mut HeaderMap) {
     for name in named {
         map.remove(name);
     }
-    for name in HOP_BY_HOP {
+    for name in &HOP_BY_HOP {
         map.remove(name);
     }
 }

@@ -75,6 +75,10 @@ impl Upstreams {
 
     pub fn remember_leader(&self, path: &str, index: usize) {
         let mut leaders = self.leaders.lock();
+        // Most writes go where the last one went: no new key to allocate.
+        if leaders.get(path) == Some(&index) {
+            return;
+        }
         if leaders.len() >= LEADER_CACHE {
             leaders.clear();
         }

@@ -273,7 +273,9 @@ fn take_headers(frame: &mut Bytes) -> Result<HeaderMap, FrameError> {
     if count > MAX_HEADERS {
         return Err(FrameError::Malformed("header count"));
     }
-    let mut headers = HeaderMap::with_capacity(count);
+    // Receivers add a header or two (the node a `content-length`, the gateway its vouch);
+    // room for them here saves the map a rehash per frame.
+    let mut headers = HeaderMap::with_capacity(count + 2);
     for _ in 0..count {
         let name = take_u8_len(frame, "header name")?;
         let name =
