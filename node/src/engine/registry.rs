@@ -58,6 +58,8 @@ pub struct Rendered {
     pub bytes: Bytes,
     /// The offset after the event's data.
     pub next: u64,
+    /// Whether its control event is the closing one.
+    pub closes: bool,
 }
 
 /// Everything a live event's bytes depend on besides the stream's immutable records.
@@ -426,6 +428,7 @@ mod tests {
                 key: key.clone(),
                 bytes: Bytes::from_static(b"event"),
                 next: 10,
+                closes: false,
             })
         };
         let _alone = handle.subscribe();

@@ -136,13 +136,14 @@ impl Session {
                 // A read below a fork point goes through the source, whose own retention or
                 // deletion a fresh render must see.
                 let own_bytes = meta.fork.is_none_or(|fork| self.at >= fork.offset);
+                let shareable = own_bytes && self.at >= meta.retained_from;
                 let metrics = &self.engine.metrics;
-                let rendered = match self.handle.rendered(&key) {
-                    Some(rendered) if own_bytes && self.at >= meta.retained_from => {
+                let rendered = match shareable.then(|| self.handle.rendered(&key)).flatten() {
+                    Some(rendered) => {
                         metrics.sse_events_shared.fetch_add(1, Ordering::Relaxed);
                         rendered
                     }
-                    _ => {
+                    None => {
                         let rendered = Arc::new(self.render(&meta, key)?);
                         metrics.sse_events_rendered.fetch_add(1, Ordering::Relaxed);
                         if own_bytes {
@@ -152,7 +153,7 @@ impl Session {
                     }
                 };
                 self.at = rendered.next;
-                self.ended = meta.closed && rendered.next == meta.tail;
+                self.ended = rendered.closes;
                 self.announced = true;
                 self.last_sent = Instant::now();
                 return Some(rendered.bytes.clone());
@@ -191,11 +192,12 @@ impl Session {
         let chunk = read_chunk(&self.engine, &self.handle, meta, key.from, key.max_bytes).ok()?;
         let mut event = BytesMut::with_capacity(chunk.body.len() + 128);
         self.data_event(&mut event, &chunk.body);
-        write_control(&mut event, chunk.next, key.tail, key.closed, &key.cursor);
+        let closes = write_control(&mut event, chunk.next, key.tail, key.closed, &key.cursor);
         Some(Rendered {
             key,
             bytes: event.freeze(),
             next: chunk.next,
+            closes,
         })
     }
 
