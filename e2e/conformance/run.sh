@@ -52,15 +52,31 @@ serving_addr() {
 # CI machines may have little free disk: lower the disk-pressure thresholds.
 limits='[raft.wal]\nmin_available_size = 16777216\nresume_available_size = 33554432\n'
 if [ "$cluster" = 1 ]; then
-  # Three voters on fixed loopback ports (peers must know each other's addresses).
-  # Nine free loopback ports (client, admin, cluster for each voter), found by binding port 0.
+  # Three voters on fixed loopback ports (peers must know each other's addresses): nine
+  # (client, admin, cluster for each voter) that bind now, below the kernel's ephemeral range.
+  # A port from bind(0) is ephemeral: released for a voter, it can first become the source
+  # port of another voter's outgoing connection, and that voter then cannot start.
   read -r -a ports <<<"$(node -e '
     const net = require("net");
-    const servers = Array.from({ length: 9 }, () => net.createServer());
-    Promise.all(servers.map((s) => new Promise((ok) => s.listen(0, "127.0.0.1", ok)))).then(() => {
-      console.log(servers.map((s) => s.address().port).join(" "));
-      servers.forEach((s) => s.close());
+    const fs = require("fs");
+    const floor = 10000;
+    let ceiling = parseInt(fs.readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8"), 10);
+    if (!(ceiling > floor + 1000)) ceiling = 32768;
+    const free = (port) => new Promise((ok) => {
+      const server = net.createServer();
+      server.once("error", () => ok(false));
+      server.listen(port, "127.0.0.1", () => server.close(() => ok(true)));
     });
+    (async () => {
+      const found = [];
+      let port = floor + (process.pid % (ceiling - floor));
+      for (let tries = 0; found.length < 9 && tries < ceiling - floor; tries++) {
+        if (await free(port)) found.push(port);
+        port = port + 1 < ceiling ? port + 1 : floor;
+      }
+      if (found.length < 9) throw new Error("no nine free loopback ports below " + ceiling);
+      console.log(found.join(" "));
+    })();
   ')"
   port() { echo "${ports[$((3 * ($1 - 1) + $2))]}"; }
   peers=""

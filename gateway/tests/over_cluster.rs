@@ -8,7 +8,7 @@
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -26,6 +26,38 @@ fn node_binary() -> PathBuf {
     path
 }
 
+/// `count` distinct loopback ports, free now and below the kernel's ephemeral port range.
+///
+/// Ports from `bind(0)` are ephemeral ones: once released for a voter to bind, one can be taken
+/// first as the source port of another voter's outgoing connection, and that voter then
+/// cannot start. Ports below the range are never handed out that way.
+fn free_ports(count: usize) -> Vec<u16> {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const FLOOR: u32 = 10_000;
+    let ceiling = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .filter(|&low| low > FLOOR + 1_000)
+        .unwrap_or(32_768);
+    let span = ceiling - FLOOR;
+    // Each test binary starts elsewhere, so that two run at once rarely try the same ports;
+    // tests of one binary share the counter, so they never do.
+    let _ = NEXT.compare_exchange(
+        0,
+        std::process::id() % span,
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
+    let ports: Vec<u16> =
+        std::iter::repeat_with(|| (FLOOR + NEXT.fetch_add(1, Ordering::Relaxed) % span) as u16)
+            .take(span as usize)
+            .filter(|&port| TcpListener::bind(("127.0.0.1", port)).is_ok())
+            .take(count)
+            .collect();
+    assert_eq!(ports.len(), count, "free loopback ports below {ceiling}");
+    ports
+}
+
 struct Voters {
     _dir: tempfile::TempDir,
     configs: Vec<PathBuf>,
@@ -37,14 +69,7 @@ struct Voters {
 impl Voters {
     fn start() -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
-        let held: Vec<TcpListener> = (0..9)
-            .map(|_| TcpListener::bind("127.0.0.1:0").expect("port"))
-            .collect();
-        let ports: Vec<u16> = held
-            .iter()
-            .map(|l| l.local_addr().unwrap().port())
-            .collect();
-        drop(held);
+        let ports = free_ports(9);
         let mut peers = String::new();
         for id in 0..3 {
             peers.push_str(&format!(

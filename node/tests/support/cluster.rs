@@ -6,6 +6,7 @@ use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -56,15 +57,43 @@ pub struct TestCluster {
     pub network: Option<Network>,
 }
 
+/// `count` distinct loopback ports, free now and below the kernel's ephemeral port range.
+///
+/// Ports from `bind(0)` are ephemeral ones: once released for a voter to bind, one can be taken
+/// first as the source port of another voter's outgoing connection, and that voter then
+/// cannot start. Ports below the range are never handed out that way.
 fn free_ports(count: usize) -> Vec<u16> {
-    // Held together so that no two are the same; released just before the nodes bind them.
-    let listeners: Vec<TcpListener> = (0..count)
-        .map(|_| TcpListener::bind("127.0.0.1:0").expect("a free port"))
-        .collect();
-    listeners
-        .iter()
-        .map(|l| l.local_addr().expect("addr").port())
-        .collect()
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const FLOOR: u32 = 10_000;
+    let ceiling = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .filter(|&low| low > FLOOR + 1_000)
+        .unwrap_or(32_768);
+    let span = ceiling - FLOOR;
+    // Each test binary starts elsewhere, so that two run at once rarely try the same ports;
+    // tests of one binary share the counter, so they never do.
+    let _ = NEXT.compare_exchange(
+        0,
+        std::process::id() % span,
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
+    let ports: Vec<u16> =
+        std::iter::repeat_with(|| (FLOOR + NEXT.fetch_add(1, Ordering::Relaxed) % span) as u16)
+            .take(span as usize)
+            .filter(|&port| TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok())
+            .take(count)
+            .collect();
+    assert_eq!(ports.len(), count, "free loopback ports below {ceiling}");
+    ports
+}
+
+/// The last lines of a voter's log, for a failure message.
+fn log_tail(path: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
 }
 
 impl TestCluster {
@@ -171,10 +200,17 @@ impl TestCluster {
         // Serving once the client port answers.
         let deadline = Instant::now() + Duration::from_secs(20);
         while std::net::TcpStream::connect((voter.ip, voter.client_port)).is_err() {
+            let exited = voter
+                .child
+                .lock()
+                .as_mut()
+                .and_then(|child| child.try_wait().ok().flatten());
             assert!(
-                Instant::now() < deadline,
-                "voter {} did not start",
-                voter.id
+                exited.is_none() && Instant::now() < deadline,
+                "voter {} did not start ({}); its log ends:\n{}",
+                voter.id,
+                exited.map_or("still running".to_string(), |status| status.to_string()),
+                log_tail(&voter.log),
             );
             std::thread::sleep(Duration::from_millis(20));
         }
