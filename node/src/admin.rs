@@ -95,7 +95,9 @@ async fn route(admin: &Admin, request: &Request<Incoming>) -> Result<Response<Bo
                 .build())
         }
         (&Method::POST, ["admin", "buckets", bucket, "purge"]) => purge(admin, bucket).await,
-        (&Method::GET, ["admin", "replica", bucket, stream]) => replica(admin, bucket, stream),
+        (&Method::GET, ["admin", "replica", bucket, stream]) => {
+            replica(admin, bucket, stream).await
+        }
         (
             _,
             ["healthz" | "readyz" | "metrics"]
@@ -115,7 +117,7 @@ async fn route(admin: &Admin, request: &Request<Incoming>) -> Result<Response<Bo
 /// This node's own copy of a stream, whether or not it leads the stream's group: its applied
 /// position, tail and a SHA-256 of its bytes. Comparing the answers of every voter checks that
 /// the replicas agree (the client API always answers from the leader).
-fn replica(admin: &Admin, bucket: &str, stream: &str) -> Result<Response<Body>, ApiError> {
+async fn replica(admin: &Admin, bucket: &str, stream: &str) -> Result<Response<Body>, ApiError> {
     use sha2::Digest;
     let engine = admin
         .groups
@@ -135,7 +137,7 @@ fn replica(admin: &Admin, bucket: &str, stream: &str) -> Result<Response<Body>, 
     let mut at = engine.first_offset(&meta);
     let mut bytes = 0u64;
     while at < meta.tail {
-        let slices = engine.read(&handle, &meta, at, 4 * 1024 * 1024)?;
+        let slices = engine.read(&handle, &meta, at, 4 * 1024 * 1024).await?;
         let Some(last) = slices.last() else { break };
         at = last.start + last.bytes.len() as u64;
         for slice in &slices {

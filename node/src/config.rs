@@ -165,6 +165,65 @@ pub struct StorageConfig {
     /// A producer idle this long may be evicted when a new producer needs its place.
     #[serde(deserialize_with = "duration")]
     pub producer_idle_timeout: Duration,
+    /// The cold tier: where older records move, so that local disk holds only recent ones.
+    /// Without it every record stays on local disk.
+    pub cold: Option<ColdConfig>,
+}
+
+/// `[storage.cold]`: object storage for records that have left local disk.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ColdConfig {
+    /// `s3://bucket/prefix` or `file:///directory`. Every voter of a cluster names the same
+    /// place, and no two clusters share one.
+    pub url: String,
+    /// An S3-API endpoint other than AWS's (MinIO, Ceph, …).
+    pub endpoint: Option<String>,
+    pub region: Option<String>,
+    /// Lets `endpoint` be plain `http://`.
+    pub allow_http: bool,
+    /// Credentials; when absent, `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` (and the
+    /// rest of the AWS environment) are used.
+    pub access_key_id: Option<String>,
+    pub secret_access_key: Option<String>,
+    /// Record bytes a Raft group may hold on local disk. Creates and appends whose body would
+    /// take it past this are refused (`ColdBackpressure`) until cold flush catches up.
+    pub max_hot_size_per_group: u64,
+    /// About how many bytes one cold object holds: a stream is flushed once this much of it
+    /// is on local disk, or sooner when its group nears `max_hot_size_per_group`.
+    pub segment_size: u64,
+    /// How often a group's leader looks for records to flush.
+    #[serde(deserialize_with = "duration")]
+    pub flush_interval: Duration,
+    /// How often a group's leader deletes objects no stream refers to any more (deleted and
+    /// purged streams, records behind a retention advance, flushes that did not commit).
+    #[serde(deserialize_with = "duration")]
+    pub sweep_interval: Duration,
+    /// How old an unreferenced object must be before the sweep deletes it: longer than any
+    /// flush takes from upload to commit.
+    #[serde(deserialize_with = "duration")]
+    pub sweep_grace: Duration,
+    /// Decoded cold objects kept in memory for readers, in bytes.
+    pub read_cache_size: u64,
+}
+
+impl Default for ColdConfig {
+    fn default() -> Self {
+        Self {
+            url: String::new(),
+            endpoint: None,
+            region: None,
+            allow_http: false,
+            access_key_id: None,
+            secret_access_key: None,
+            max_hot_size_per_group: 1024 * 1024 * 1024,
+            segment_size: 8 * 1024 * 1024,
+            flush_interval: Duration::from_secs(1),
+            sweep_interval: Duration::from_secs(300),
+            sweep_grace: Duration::from_secs(600),
+            read_cache_size: 64 * 1024 * 1024,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -211,6 +270,7 @@ impl Default for StorageConfig {
         Self {
             max_producers_per_stream: limits.max_producers_per_stream,
             producer_idle_timeout: Duration::from_millis(limits.producer_idle_ms),
+            cold: None,
         }
     }
 }
@@ -223,6 +283,42 @@ fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::E
 /// `500ms`, `20s`, `7d`, …
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text).map_err(|e| format!("{text:?} is not a duration: {e}"))
+}
+
+impl ColdConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &'static str, message: &str| ConfigError::Invalid {
+            key,
+            message: message.into(),
+        };
+        if !(self.url.starts_with("s3://") || self.url.starts_with("file:///")) {
+            return Err(invalid(
+                "storage.cold.url",
+                "must be s3://bucket[/prefix] or file:///directory",
+            ));
+        }
+        if self.max_hot_size_per_group == 0 {
+            // 0 means every body is staged in object storage before it is proposed, which
+            // this version does not do yet (runtime.external_payload_min_size).
+            return Err(invalid(
+                "storage.cold.max_hot_size_per_group",
+                "must be at least 1: staging every body in object storage is not supported yet",
+            ));
+        }
+        if self.segment_size == 0 || self.segment_size > u64::from(u32::MAX) {
+            return Err(invalid(
+                "storage.cold.segment_size",
+                "must be between 1 byte and 4 GiB",
+            ));
+        }
+        if self.flush_interval.is_zero() || self.sweep_interval.is_zero() {
+            return Err(invalid(
+                "storage.cold.flush_interval",
+                "flush_interval and sweep_interval must be above zero",
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Config {
@@ -331,6 +427,9 @@ impl Config {
                 message: "must be at least raft.wal.min_available_size".into(),
             });
         }
+        if let Some(cold) = &self.storage.cold {
+            cold.validate()?;
+        }
         if self.server.read_chunk_size == 0 {
             return Err(ConfigError::Invalid {
                 key: "server.read_chunk_size",
@@ -379,6 +478,34 @@ mod tests {
         assert!(error.contains("listen_addr"), "{error}");
         let error = Config::from_toml("colour = 1\n").unwrap_err();
         assert!(error.contains("colour"), "{error}");
+    }
+
+    #[test]
+    fn the_cold_tier_is_optional_and_checked() {
+        assert!(Config::from_toml("").unwrap().storage.cold.is_none());
+        let config = Config::from_toml(
+            "[storage.cold]\nurl = \"s3://ursula/prod\"\nendpoint = \"http://minio:9000\"\n\
+             allow_http = true\nmax_hot_size_per_group = 1048576\nflush_interval = \"1s\"\n",
+        )
+        .unwrap();
+        config.validate().unwrap();
+        let cold = config.storage.cold.unwrap();
+        assert_eq!(cold.max_hot_size_per_group, 1 << 20);
+        assert_eq!(cold.flush_interval, Duration::from_secs(1));
+        assert_eq!(cold.segment_size, 8 << 20, "a default");
+        for (text, key) in [
+            ("url = \"ftp://x\"", "storage.cold.url"),
+            (
+                "url = \"s3://x\"\nmax_hot_size_per_group = 0",
+                "storage.cold.max_hot_size_per_group",
+            ),
+        ] {
+            let config = Config::from_toml(&format!("[storage.cold]\n{text}\n")).unwrap();
+            let error = config.validate().unwrap_err().to_string();
+            assert!(error.contains(key), "{error}");
+        }
+        let error = Config::from_toml("[storage.cold]\nbucket = \"x\"\n").unwrap_err();
+        assert!(error.contains("bucket"), "{error}");
     }
 
     #[test]

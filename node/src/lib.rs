@@ -3,6 +3,7 @@
 pub mod admin;
 pub mod admission;
 pub mod cluster;
+pub mod cold;
 pub mod config;
 pub mod engine;
 pub mod groups;
@@ -33,6 +34,8 @@ pub enum StartError {
     Engine(#[from] EngineError),
     #[error("cannot start replication: {0}")]
     Cluster(String),
+    #[error("cannot use the cold tier (storage.cold): {0}")]
+    Cold(#[from] cold::ColdError),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: std::net::SocketAddr,
@@ -90,6 +93,10 @@ pub async fn start(config: Config) -> Result<Node, StartError> {
             .local_addr()
             .map_err(|source| StartError::Listen { addr, source })
     };
+    let cold_store = match &config.storage.cold {
+        Some(cold) => Some(Arc::new(cold::ColdStore::open(cold)?)),
+        None => None,
+    };
     let (stopping, stop_signal) = tokio::sync::watch::channel(false);
     let (groups, log_bytes, cluster_addr) = match ClusterView::from_config(&config) {
         None => {
@@ -136,6 +143,12 @@ pub async fn start(config: Config) -> Result<Node, StartError> {
         }
     };
     let groups = Arc::new(groups);
+    if let Some(store) = &cold_store {
+        for (group, engine) in groups.hosted() {
+            engine.attach_cold(store.clone(), group as u32);
+            tokio::spawn(engine.clone().run_cold_tier());
+        }
+    }
     let client = bind(config.server.listen).await?;
     let admin = bind(config.server.admin_listen).await?;
     let client_addr = local(&client, config.server.listen)?;

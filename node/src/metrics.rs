@@ -9,6 +9,20 @@ pub fn render(groups: &Groups, out: &mut String) {
     if let Some(engine) = groups.all().next() {
         engine.metrics.render(out);
     }
+    let local: Vec<(usize, u64)> = groups
+        .hosted()
+        .filter_map(|(group, engine)| Some((group, engine.local_record_bytes()?)))
+        .collect();
+    if !local.is_empty() {
+        let name = "ursula_group_local_record_bytes";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Record bytes the group holds on local disk, as this node last counted them as its leader.\n# TYPE {name} gauge"
+        );
+        for (group, bytes) in local {
+            let _ = writeln!(out, "{name}{{group=\"{group}\"}} {bytes}");
+        }
+    }
     if groups.cluster.is_none() {
         return;
     }

@@ -196,10 +196,11 @@ impl RaftStateMachine<TypeConfig> for GroupStateMachine {
         let limits = self.limits;
         let bytes = Arc::new(data);
         let input = bytes.clone();
-        let machine = tokio::task::spawn_blocking(move || {
+        let (machine, cold) = tokio::task::spawn_blocking(move || {
             let dump = GroupDump::decode(&input)?;
             store.replace_with(&dump, &encoded)?;
-            store.load(limits).map(|(machine, _)| machine)
+            let (machine, _) = store.load(limits)?;
+            Ok::<_, crate::storage::StorageError>((machine, store.cold_segments()?))
         })
         .await
         .map_err(fail::write_snapshot)?
@@ -208,7 +209,7 @@ impl RaftStateMachine<TypeConfig> for GroupStateMachine {
         self.registry
             .set_stored(index.max(self.registry.stored_seq()));
         self.registry
-            .reset(machine.buckets(), machine.streams().map(|s| &s.meta));
+            .reset(machine.buckets(), machine.streams().map(|s| &s.meta), cold);
         self.machine = machine;
         self.position = position;
         *self.current.lock() = Some((meta.clone(), bytes));

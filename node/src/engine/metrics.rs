@@ -25,6 +25,13 @@ pub struct Metrics {
     /// SSE data events rendered, and those sent as already rendered for another subscriber.
     pub sse_events_rendered: AtomicU64,
     pub sse_events_shared: AtomicU64,
+    /// Cold flushes that committed, the bytes they took off local disk, objects the sweep
+    /// deleted.
+    pub cold_flushes: AtomicU64,
+    pub cold_flushed_bytes: AtomicU64,
+    pub cold_swept: AtomicU64,
+    /// Cold objects read from object storage (not from the read cache).
+    pub cold_fetches: AtomicU64,
     fsync_seconds_sum_ns: AtomicU64,
     fsync_buckets: [AtomicU64; FSYNC_BUCKETS.len()],
 }
@@ -99,6 +106,26 @@ impl Metrics {
                 "ursula_sse_events_shared_total",
                 "SSE data events sent as another subscriber at the same position had them rendered.",
                 &self.sse_events_shared,
+            ),
+            (
+                "ursula_cold_flushes_total",
+                "Cold flushes that committed on a group this node leads.",
+                &self.cold_flushes,
+            ),
+            (
+                "ursula_cold_flushed_bytes_total",
+                "Record bytes those flushes took off local disk.",
+                &self.cold_flushed_bytes,
+            ),
+            (
+                "ursula_cold_swept_objects_total",
+                "Cold objects deleted because no segment referred to them.",
+                &self.cold_swept,
+            ),
+            (
+                "ursula_cold_object_fetches_total",
+                "Cold objects fetched from object storage for readers.",
+                &self.cold_fetches,
             ),
             (
                 "ursula_commit_failures_total",

@@ -2,6 +2,7 @@
 //! state that readers use.
 
 mod applier;
+mod cold;
 mod metrics;
 mod read;
 mod registry;
@@ -53,6 +54,11 @@ pub enum EngineError {
         "the stream's Raft group has {proposed} body bytes proposed and not yet applied, at most {limit} may be"
     )]
     UncommittedBackpressure { proposed: u64, limit: u64 },
+    /// Refused before proposing: the group's records on local disk would exceed the hot cap.
+    #[error(
+        "the stream's Raft group holds {local} bytes of records on local disk, at most {limit} may be until cold flush catches up"
+    )]
+    ColdBackpressure { local: u64, limit: u64 },
 }
 
 impl From<StorageError> for EngineError {
@@ -122,6 +128,8 @@ pub struct Engine {
     pub metrics: Arc<Metrics>,
     /// Log bytes past the last checkpoint.
     pub log_bytes: Arc<std::sync::atomic::AtomicU64>,
+    /// Where older records go, when the node has a cold tier.
+    cold: std::sync::OnceLock<cold::ColdTier>,
 }
 
 pub fn now_ms() -> u64 {
@@ -177,7 +185,11 @@ impl Engine {
         wal.continue_after(applied);
         let stored = wal.last_seq();
         let registry = Arc::new(Registry::new(TAIL_CACHE_BYTES, stored));
-        registry.reset(machine.buckets(), machine.streams().map(|s| &s.meta));
+        registry.reset(
+            machine.buckets(),
+            machine.streams().map(|s| &s.meta),
+            store.cold_segments()?,
+        );
         let touches = Arc::new(TouchTracker::default());
         let metrics = Arc::new(Metrics::default());
         let (inbox, rx) = mpsc::channel(INBOX_CAPACITY);
@@ -222,6 +234,7 @@ impl Engine {
             touches,
             metrics,
             log_bytes,
+            cold: Default::default(),
         }))
     }
 
@@ -240,7 +253,11 @@ impl Engine {
         // The node's tail-cache memory is shared out among its groups.
         let cache = (TAIL_CACHE_BYTES / group_count.max(1)).max(32 * 1024 * 1024);
         let registry = Arc::new(Registry::new(cache, applied));
-        registry.reset(machine.buckets(), machine.streams().map(|s| &s.meta));
+        registry.reset(
+            machine.buckets(),
+            machine.streams().map(|s| &s.meta),
+            store.cold_segments()?,
+        );
         let (to_applier, applier_inbox) = std::sync::mpsc::sync_channel(APPLIER_BACKLOG);
         let applier = Applier {
             store: store.clone(),
@@ -263,6 +280,7 @@ impl Engine {
             touches: Arc::new(TouchTracker::default()),
             metrics: metrics.clone(),
             log_bytes: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            cold: Default::default(),
         });
         let parts = ReplicaParts {
             machine,
@@ -312,6 +330,7 @@ impl Engine {
     /// Applies a command; answers once its effects are durable (on a quorum, when replicated)
     /// and visible to readers.
     pub async fn propose(&self, command: Command) -> Result<Outcome, EngineError> {
+        self.make_local_room(command.body_len())?;
         match &self.proposer {
             Proposer::Local(inbox) => {
                 let (reply, answer) = oneshot::channel();

@@ -5,7 +5,7 @@ use bytes::Bytes;
 
 use super::{Engine, StreamHandle};
 use crate::machine::StreamMeta;
-use crate::storage::StorageError;
+use crate::storage::{Record, StorageError};
 
 /// A piece of one record, at offset `start`. `whole` is true when it is the entire record.
 #[derive(Debug, Clone)]
@@ -25,6 +25,8 @@ pub enum ReadError {
     MissingSource(u64),
     #[error(transparent)]
     Storage(#[from] StorageError),
+    #[error("cannot read the stream's cold records: {0}")]
+    Cold(#[from] crate::cold::ColdError),
 }
 
 impl Engine {
@@ -42,19 +44,20 @@ impl Engine {
     }
 
     /// Up to about `max_bytes` (at least one record) from `from` towards the tail.
-    pub fn read(
+    pub async fn read(
         &self,
         handle: &StreamHandle,
         meta: &StreamMeta,
         from: u64,
         max_bytes: usize,
     ) -> Result<Vec<Slice>, ReadError> {
-        self.read_range(Some(handle), meta, from, meta.tail, max_bytes)
+        self.read_range(handle, meta, from, meta.tail, max_bytes)
+            .await
     }
 
-    fn read_range(
+    async fn read_range(
         &self,
-        handle: Option<&StreamHandle>,
+        handle: &StreamHandle,
         meta: &StreamMeta,
         from: u64,
         until: u64,
@@ -78,7 +81,8 @@ impl Engine {
             let source_meta = source.meta();
             let inherited_until = origin.offset.min(until);
             let part =
-                self.read_range(Some(&source), &source_meta, pos, inherited_until, budget)?;
+                Box::pin(self.read_range(&source, &source_meta, pos, inherited_until, budget))
+                    .await?;
             for slice in &part {
                 pos = slice.start + slice.bytes.len() as u64;
                 budget = budget.saturating_sub(slice.bytes.len());
@@ -88,46 +92,108 @@ impl Engine {
                 return Ok(out);
             }
         }
-        if pos >= until {
-            return Ok(out);
+        let json = meta.is_json();
+        // Older records are in cold segments, newer ones on local disk. A flush can move the
+        // line between a look at the segments and the local read, so a local read that finds
+        // nothing looks at the segments once more.
+        for _ in 0..2 {
+            while pos < until && budget > 0 && !handle.caches(pos) {
+                let Some(segment) = handle.cold_segment_at(pos) else {
+                    break;
+                };
+                let records = self.cold_records(&segment).await?;
+                let end = until.min(segment.until);
+                let before = pos;
+                let records = records.iter().cloned();
+                slice_records(&mut out, records, &mut pos, end, json, &mut budget)?;
+                if pos == before {
+                    break;
+                }
+            }
+            if pos >= until || budget == 0 {
+                return Ok(out);
+            }
+            let records = self.read_local(Some(handle), meta, pos, until, budget)?;
+            if records.is_empty() && handle.cold_segment_at(pos).is_some() {
+                continue;
+            }
+            slice_records(
+                &mut out,
+                records.into_iter(),
+                &mut pos,
+                until,
+                json,
+                &mut budget,
+            )?;
+            break;
         }
-        // Recent records are in the tail cache (those redb does not hold yet always are);
-        // older ones come from redb.
-        let records = match handle.and_then(|h| h.cached(pos, until, budget)) {
-            Some((first, cached)) if first <= pos => cached,
+        Ok(out)
+    }
+
+    /// Records of the stream overlapping `[from, until)` from local disk (or the tail cache,
+    /// which holds every record local disk does not hold yet), up to about `budget` bytes.
+    pub(super) fn read_local(
+        &self,
+        handle: Option<&StreamHandle>,
+        meta: &StreamMeta,
+        from: u64,
+        until: u64,
+        budget: usize,
+    ) -> Result<Vec<Record>, ReadError> {
+        let records = match handle.and_then(|h| h.cached(from, until, budget)) {
+            Some((first, cached)) if first <= from => cached,
             Some((first, cached)) => {
                 let mut records =
                     self.store
-                        .read_records(meta.id, pos, first.min(until), budget)?;
+                        .read_records(meta.id, from, first.min(until), budget)?;
                 let stored_end = records
                     .last()
-                    .map_or(pos, |(start, bytes)| start + bytes.len() as u64);
+                    .map_or(from, |(start, bytes)| start + bytes.len() as u64);
                 let stored_bytes: usize = records.iter().map(|(_, b)| b.len()).sum();
                 if stored_end >= first && stored_bytes < budget {
                     records.extend(cached);
                 }
                 records
             }
-            None => self.store.read_records(meta.id, pos, until, budget)?,
+            None => self.store.read_records(meta.id, from, until, budget)?,
         };
-        let json = meta.is_json();
-        for (start, bytes) in records {
-            let end = start + bytes.len() as u64;
-            let lo = pos.max(start);
-            let hi = until.min(end);
-            if lo >= hi {
-                continue;
-            }
-            if json && lo != start {
-                return Err(ReadError::NotBoundary(pos));
-            }
-            out.push(Slice {
-                start: lo,
-                bytes: bytes.slice((lo - start) as usize..(hi - start) as usize),
-                whole: lo == start && hi == end,
-            });
-            pos = hi;
-        }
-        Ok(out)
+        Ok(records)
     }
+}
+
+/// Appends the parts of `records` within `[pos, until)` to `out` while `budget` lasts (at
+/// least one), moving `pos` past them. A JSON stream is read only from message boundaries.
+fn slice_records(
+    out: &mut Vec<Slice>,
+    records: impl Iterator<Item = Record>,
+    pos: &mut u64,
+    until: u64,
+    json: bool,
+    budget: &mut usize,
+) -> Result<(), ReadError> {
+    for (start, bytes) in records {
+        if *budget == 0 {
+            break;
+        }
+        let end = start + bytes.len() as u64;
+        let lo = (*pos).max(start);
+        let hi = until.min(end);
+        if lo >= hi {
+            if start >= until {
+                break;
+            }
+            continue;
+        }
+        if json && lo != start {
+            return Err(ReadError::NotBoundary(*pos));
+        }
+        out.push(Slice {
+            start: lo,
+            bytes: bytes.slice((lo - start) as usize..(hi - start) as usize),
+            whole: lo == start && hi == end,
+        });
+        *budget = budget.saturating_sub((hi - lo) as usize);
+        *pos = hi;
+    }
+    Ok(())
 }

@@ -5,7 +5,7 @@
 //! Records reach redb a little later (the applier thread). Until they have, they are pinned in
 //! the stream's tail cache, so every record is always readable from the cache or from redb.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU64, Ordering};
 
@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use ursula_wire::cursor::Cursor;
 
 use crate::machine::{BucketState, Effect, StreamMeta, StreamPath};
-use crate::storage::Record;
+use crate::storage::{ColdSegment, Record};
 
 /// Records a stream keeps in memory beyond what must stay pinned.
 const CACHE_BYTES_PER_STREAM: usize = 256 * 1024;
@@ -47,6 +47,8 @@ pub struct StreamHandle {
     cache: Mutex<TailCache>,
     /// The last live event rendered for this stream (see `Rendered`).
     rendered: Mutex<Option<Arc<Rendered>>>,
+    /// Its cold segments, by first offset.
+    cold: RwLock<BTreeMap<u64, ColdSegment>>,
 }
 
 /// A live read's event as the HTTP layer rendered it, kept for the next subscriber at the
@@ -85,7 +87,45 @@ impl StreamHandle {
             changed_seq: AtomicU64::new(seq),
             cache: Mutex::new(TailCache::default()),
             rendered: Mutex::new(None),
+            cold: RwLock::new(BTreeMap::new()),
         }
+    }
+
+    /// Whether the tail cache holds the record at `at` (or records from before it).
+    pub fn caches(&self, at: u64) -> bool {
+        self.cache
+            .lock()
+            .records
+            .front()
+            .is_some_and(|first| first.offset <= at)
+    }
+
+    /// The cold segment holding offset `at`, if one does.
+    pub fn cold_segment_at(&self, at: u64) -> Option<ColdSegment> {
+        self.cold
+            .read()
+            .range(..=at)
+            .next_back()
+            .map(|(_, segment)| segment)
+            .filter(|segment| segment.until > at)
+            .cloned()
+    }
+
+    /// The end of its last cold segment (0 without one).
+    pub fn cold_until(&self) -> u64 {
+        self.cold
+            .read()
+            .last_key_value()
+            .map_or(0, |(_, segment)| segment.until)
+    }
+
+    /// The objects its cold segments are in.
+    pub fn cold_keys(&self) -> Vec<Arc<str>> {
+        self.cold
+            .read()
+            .values()
+            .map(|segment| segment.key.clone())
+            .collect()
     }
 
     /// The event last rendered for `key`, if that is what was last rendered.
@@ -293,11 +333,17 @@ impl Registry {
         self.stored.send_replace(seq);
     }
 
+    /// Every stream it holds, deleted or not.
+    pub fn handles(&self) -> Vec<Arc<StreamHandle>> {
+        self.maps.read().by_id.values().cloned().collect()
+    }
+
     /// Replaces everything (start-up); redb holds all of it.
     pub fn reset<'a>(
         &self,
         buckets: impl Iterator<Item = (&'a String, &'a BucketState)>,
         streams: impl Iterator<Item = &'a StreamMeta>,
+        mut cold: HashMap<u64, Vec<ColdSegment>>,
     ) {
         let mut maps = self.maps.write();
         for handle in maps.by_id.values() {
@@ -310,6 +356,12 @@ impl Registry {
         let seq = self.stored_seq();
         for meta in streams {
             let handle = Arc::new(StreamHandle::new(Arc::new(meta.clone()), seq));
+            *handle.cold.write() = cold
+                .remove(&meta.id)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|segment| (segment.first, segment))
+                .collect();
             if !meta.soft_deleted || !maps.by_path.contains_key(&meta.path) {
                 maps.by_path.insert(meta.path.clone(), handle.clone());
             }
@@ -358,6 +410,29 @@ impl Registry {
                     }
                     Effect::PutBucket { bucket, state } => {
                         maps.buckets.insert(bucket.clone(), state.clone());
+                    }
+                    Effect::PutColdSegment {
+                        stream_id,
+                        first,
+                        until,
+                        key,
+                    } => {
+                        if let Some(handle) = maps.by_id.get(stream_id) {
+                            let segment = ColdSegment {
+                                first: *first,
+                                until: *until,
+                                key: key.clone(),
+                            };
+                            handle.cold.write().insert(*first, segment);
+                        }
+                    }
+                    Effect::DeleteRecordsBelow { stream_id, offset } => {
+                        if let Some(handle) = maps.by_id.get(stream_id) {
+                            handle
+                                .cold
+                                .write()
+                                .retain(|_, segment| segment.until > *offset);
+                        }
                     }
                     _ => {}
                 }

@@ -168,6 +168,9 @@ impl From<EngineError> for ApiError {
             error @ EngineError::UncommittedBackpressure { .. } => {
                 Self::new(ErrorToken::RaftUncommittedBackpressure, error.to_string())
             }
+            error @ EngineError::ColdBackpressure { .. } => {
+                Self::new(ErrorToken::ColdBackpressure, error.to_string())
+            }
         }
     }
 }
@@ -187,6 +190,8 @@ impl From<ReadError> for ApiError {
             ReadError::MissingSource(_) | ReadError::Storage(_) => {
                 Self::new(ErrorToken::Internal, error.to_string()).after_proposal()
             }
+            // Object storage may be back in a moment; the read can be repeated.
+            ReadError::Cold(_) => Self::new(ErrorToken::Unavailable, error.to_string()),
         }
     }
 }

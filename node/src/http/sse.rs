@@ -144,7 +144,7 @@ impl Session {
                         rendered
                     }
                     None => {
-                        let rendered = Arc::new(self.render(&meta, key)?);
+                        let rendered = Arc::new(self.render(&meta, key).await?);
                         metrics.sse_events_rendered.fetch_add(1, Ordering::Relaxed);
                         if own_bytes {
                             self.handle.keep_rendered(rendered.clone());
@@ -188,8 +188,10 @@ impl Session {
     }
 
     /// A data event from `key.from` with the control event after it.
-    fn render(&self, meta: &StreamMeta, key: RenderKey) -> Option<Rendered> {
-        let chunk = read_chunk(&self.engine, &self.handle, meta, key.from, key.max_bytes).ok()?;
+    async fn render(&self, meta: &StreamMeta, key: RenderKey) -> Option<Rendered> {
+        let chunk = read_chunk(&self.engine, &self.handle, meta, key.from, key.max_bytes)
+            .await
+            .ok()?;
         let mut event = BytesMut::with_capacity(chunk.body.len() + 128);
         self.data_event(&mut event, &chunk.body);
         let closes = write_control(&mut event, chunk.next, key.tail, key.closed, &key.cursor);

@@ -115,4 +115,15 @@ pub enum Command {
     PurgeBucket {
         bucket: String,
     },
+    /// The records of a stream from `first` to `until` are in the cold object `key`.
+    ColdFlush(ColdFlush),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ColdFlush {
+    /// The incarnation the leader read the records of; a re-created stream is another one.
+    pub stream_id: u64,
+    pub first: u64,
+    pub until: u64,
+    pub key: String,
 }

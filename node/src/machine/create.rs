@@ -117,6 +117,7 @@ impl Machine {
         self.insert_stream(StreamState {
             meta,
             producers: HashMap::new(),
+            cold_until: 0,
         });
         self.emit_meta(id);
         Ok(Outcome::StreamCreated {

@@ -31,7 +31,20 @@ pub enum Effect {
         offset: u64,
         bytes: Bytes,
     },
+    /// Retention: records, and cold segments, wholly below `offset` are gone.
     DeleteRecordsBelow {
+        stream_id: u64,
+        offset: u64,
+    },
+    /// `[first, until)` of the stream is read from the cold object `key` from now on.
+    PutColdSegment {
+        stream_id: u64,
+        first: u64,
+        until: u64,
+        key: Arc<str>,
+    },
+    /// Local records wholly below `offset` may go: a cold segment holds them.
+    DropLocalBelow {
         stream_id: u64,
         offset: u64,
     },

@@ -5,6 +5,7 @@
 //! batches; a replicated node applies the same commands in Raft log order on every voter.
 
 mod append;
+pub mod cold;
 pub mod command;
 mod create;
 pub mod effect;
@@ -19,8 +20,8 @@ mod tests;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 pub use command::{
-    AppendStream, Command, CreateStream, ForkSpec, PartialRecord, Payload, ProducerClaim,
-    PublishSnapshot,
+    AppendStream, ColdFlush, Command, CreateStream, ForkSpec, PartialRecord, Payload,
+    ProducerClaim, PublishSnapshot,
 };
 pub use effect::{BucketState, Effect};
 pub use outcome::{AppendOutcome, Outcome, ProducerAck, Refusal};
@@ -47,6 +48,8 @@ impl Default for Limits {
 pub struct StreamState {
     pub meta: StreamMeta,
     pub producers: HashMap<String, ProducerState>,
+    /// Records below this offset are in cold segments (0: none are).
+    pub cold_until: u64,
 }
 
 /// The answer to one command and the storage writes it needs.
@@ -132,6 +135,7 @@ impl Machine {
                 now_ms,
             } => self.advance_retention(&path, offset, now_ms),
             Command::PurgeBucket { bucket } => Ok(self.purge_bucket(bucket)),
+            Command::ColdFlush(flush) => Ok(self.cold_flush(flush)),
         };
         // `append` moves the effects and keeps this buffer's capacity for the next command.
         effects.append(&mut self.effects);

@@ -42,6 +42,11 @@ pub enum Outcome {
     BucketPurged {
         streams: usize,
     },
+    /// Whether the flushed range became the stream's cold segment. A flush of a range that is
+    /// no longer all local (already flushed, behind retention, a stream since deleted) is not.
+    ColdFlushed {
+        accepted: bool,
+    },
 }
 
 /// Why the machine refused a command. A refusal changes nothing.

@@ -368,6 +368,76 @@ fn snapshots_and_retention_are_idempotent() {
     ));
 }
 
+#[test]
+fn a_cold_flush_applies_only_from_the_first_local_offset() {
+    let mut m = machine();
+    ok(&mut m, Command::Create(create("s")));
+    for text in ["abc", "def", "gh"] {
+        ok(&mut m, Command::Append(append("s", text)));
+    }
+    let id = m.stream_id(&path("s")).unwrap();
+    let flush = |first, until| {
+        Command::ColdFlush(ColdFlush {
+            stream_id: id,
+            first,
+            until,
+            key: format!("g0/s{id}/{first}-{until}"),
+        })
+    };
+    let accepted = |m: &mut Machine, first, until| {
+        let applied = m.apply(flush(first, until));
+        match applied.result {
+            Ok(Outcome::ColdFlushed { accepted }) => (accepted, applied.effects),
+            other => panic!("{other:?}"),
+        }
+    };
+    // Local records start at 0: a flush from past that would leave a hole.
+    assert_eq!(accepted(&mut m, 3, 6), (false, vec![]));
+    let (yes, effects) = accepted(&mut m, 0, 6);
+    assert!(yes);
+    assert_eq!(
+        effects,
+        vec![
+            Effect::PutColdSegment {
+                stream_id: id,
+                first: 0,
+                until: 6,
+                key: format!("g0/s{id}/0-6").into(),
+            },
+            Effect::DropLocalBelow {
+                stream_id: id,
+                offset: 6,
+            },
+        ]
+    );
+    assert_eq!(m.stream(id).unwrap().cold_until, 6);
+    // The same flush again (a leader retrying after a lost answer) changes nothing.
+    assert_eq!(accepted(&mut m, 0, 6), (false, vec![]));
+    // Past the tail: refused; overlapping the cold part and ending past it: taken.
+    assert_eq!(accepted(&mut m, 6, 9), (false, vec![]));
+    assert!(accepted(&mut m, 3, 8).0);
+    // Behind retention, nothing is local any more.
+    let mut m2 = machine();
+    ok(&mut m2, Command::Create(create("r")));
+    ok(&mut m2, Command::Append(append("r", "abcdef")));
+    let id2 = m2.stream_id(&path("r")).unwrap();
+    ok(
+        &mut m2,
+        Command::AdvanceRetention {
+            path: path("r"),
+            offset: 6,
+            now_ms: T0,
+        },
+    );
+    let applied = m2.apply(Command::ColdFlush(ColdFlush {
+        stream_id: id2,
+        first: 0,
+        until: 6,
+        key: "k".into(),
+    }));
+    assert_eq!(applied.result, Ok(Outcome::ColdFlushed { accepted: false }));
+}
+
 // ---- Property tests -------------------------------------------------------------------------
 
 /// What storage would hold after writing every effect: the machine must be rebuildable from it
@@ -379,6 +449,8 @@ struct StoreModel {
     streams: HashMap<u64, StreamMeta>,
     producers: HashMap<(u64, String), ProducerState>,
     records: BTreeMap<(u64, u64), Bytes>,
+    /// Cold segments: (stream, first) to until.
+    cold: BTreeMap<(u64, u64), u64>,
 }
 
 impl StoreModel {
@@ -396,6 +468,7 @@ impl StoreModel {
                     self.streams.remove(&id);
                     self.producers.retain(|(s, _), _| *s != id);
                     self.records.retain(|(s, _), _| *s != id);
+                    self.cold.retain(|(s, _), _| *s != id);
                 }
                 Effect::PutRecord {
                     stream_id,
@@ -405,6 +478,21 @@ impl StoreModel {
                     self.records.insert((stream_id, offset), bytes);
                 }
                 Effect::DeleteRecordsBelow { stream_id, offset } => {
+                    self.records.retain(|(s, start), bytes| {
+                        *s != stream_id || start + bytes.len() as u64 > offset
+                    });
+                    self.cold
+                        .retain(|(s, _), until| *s != stream_id || *until > offset);
+                }
+                Effect::PutColdSegment {
+                    stream_id,
+                    first,
+                    until,
+                    ..
+                } => {
+                    self.cold.insert((stream_id, first), until);
+                }
+                Effect::DropLocalBelow { stream_id, offset } => {
                     self.records.retain(|(s, start), bytes| {
                         *s != stream_id || start + bytes.len() as u64 > offset
                     });
@@ -437,6 +525,12 @@ impl StoreModel {
                     StreamState {
                         meta: meta.clone(),
                         producers: HashMap::new(),
+                        cold_until: self
+                            .cold
+                            .range((meta.id, 0)..=(meta.id, u64::MAX))
+                            .map(|(_, until)| *until)
+                            .max()
+                            .unwrap_or(0),
                     },
                 )
             })
@@ -524,6 +618,14 @@ fn arb_command() -> impl Strategy<Value = Command> {
             offset,
             now_ms: T0 + dt
         }),
+        (1u64..8, 0u64..12, 1u64..14).prop_map(|(stream_id, first, len)| Command::ColdFlush(
+            ColdFlush {
+                stream_id,
+                first,
+                until: first + len,
+                key: format!("g0/s{stream_id}/{first}"),
+            }
+        )),
     ]
 }
 

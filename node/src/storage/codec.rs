@@ -37,6 +37,26 @@ pub fn bucket_state(byte: u8) -> BucketState {
     }
 }
 
+/// A cold segment's row: `[until: u64 LE][object name, UTF-8]`.
+pub fn encode_cold(until: u64, key: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(8 + key.len());
+    out.extend_from_slice(&until.to_le_bytes());
+    out.extend_from_slice(key.as_bytes());
+    out
+}
+
+pub fn decode_cold(row: &[u8]) -> Result<(u64, &str), StorageError> {
+    let corrupt = || StorageError::Corrupt("cold segment row".into());
+    let until = u64::from_le_bytes(
+        row.get(..8)
+            .ok_or_else(corrupt)?
+            .try_into()
+            .map_err(|_| corrupt())?,
+    );
+    let key = std::str::from_utf8(&row[8..]).map_err(|_| corrupt())?;
+    Ok((until, key))
+}
+
 /// Consecutive records of one stream, stored as one row:
 /// `[count: u32][len: u32; count][bytes of every record]`, little-endian.
 pub struct ChunkBuilder {
@@ -67,9 +87,17 @@ impl ChunkBuilder {
         self.records.push(record);
     }
 
+    pub fn encoded_len(&self) -> usize {
+        4 + 4 * self.records.len() + self.len as usize
+    }
+
     pub fn encode(&self) -> Vec<u8> {
-        let header = 4 + 4 * self.records.len();
-        let mut out = Vec::with_capacity(header + self.len as usize);
+        let mut out = Vec::with_capacity(self.encoded_len());
+        self.encode_into(&mut out);
+        out
+    }
+
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&(self.records.len() as u32).to_le_bytes());
         for record in &self.records {
             out.extend_from_slice(&(record.len() as u32).to_le_bytes());
@@ -77,7 +105,6 @@ impl ChunkBuilder {
         for record in &self.records {
             out.extend_from_slice(record);
         }
-        out
     }
 }
 

@@ -4,7 +4,9 @@
 use redb::{ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 
-use super::{BUCKETS, META, PRODUCERS, RAFT, RECORDS, SNAPSHOTS, STREAMS, StorageError, Store};
+use super::{
+    BUCKETS, COLD, META, PRODUCERS, RAFT, RECORDS, SNAPSHOTS, STREAMS, StorageError, Store,
+};
 
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct GroupDump {
@@ -15,6 +17,7 @@ pub struct GroupDump {
     records: Vec<((u64, u64), Vec<u8>)>,
     snapshots: Vec<((u64, u64), Vec<u8>)>,
     raft: Vec<(String, Vec<u8>)>,
+    cold: Vec<((u64, u64), Vec<u8>)>,
 }
 
 fn corrupt(e: impl std::fmt::Display) -> StorageError {
@@ -71,6 +74,10 @@ impl Store {
             dump.raft
                 .push((key.value().to_owned(), value.value().to_vec()));
         }
+        for row in txn.open_table(COLD)?.iter()? {
+            let (key, value) = row?;
+            dump.cold.push((key.value(), value.value().to_vec()));
+        }
         Ok(dump)
     }
 
@@ -85,6 +92,7 @@ impl Store {
             clear(&txn, RECORDS)?;
             clear(&txn, SNAPSHOTS)?;
             clear(&txn, RAFT)?;
+            clear(&txn, COLD)?;
             let mut meta = txn.open_table(META)?;
             for (key, value) in &dump.meta {
                 meta.insert(key.as_str(), *value)?;
@@ -108,6 +116,10 @@ impl Store {
             let mut snapshots = txn.open_table(SNAPSHOTS)?;
             for (key, value) in &dump.snapshots {
                 snapshots.insert(*key, value.as_slice())?;
+            }
+            let mut cold = txn.open_table(COLD)?;
+            for (key, value) in &dump.cold {
+                cold.insert(*key, value.as_slice())?;
             }
             let mut table = txn.open_table(RAFT)?;
             table.insert(super::RAFT_APPLIED, raft)?;

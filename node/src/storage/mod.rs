@@ -8,6 +8,7 @@ mod codec;
 mod dump;
 pub mod wal;
 
+pub use codec::{ChunkBuilder, decode_chunk};
 pub use dump::GroupDump;
 
 use std::collections::HashMap;
@@ -24,6 +25,8 @@ const STREAMS: TableDefinition<u64, &[u8]> = TableDefinition::new("streams");
 const PRODUCERS: TableDefinition<(u64, &str), &[u8]> = TableDefinition::new("producers");
 const RECORDS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("records");
 const SNAPSHOTS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("snapshots");
+/// Cold segments: `(stream, first offset)` to the end offset and the object's name.
+const COLD: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("cold");
 /// On a replicated node: the Raft log position and membership the state includes.
 const RAFT: TableDefinition<&str, &[u8]> = TableDefinition::new("raft");
 const RAFT_APPLIED: &str = "applied";
@@ -63,6 +66,14 @@ redb_errors!(
 /// One record: its start offset and its bytes.
 pub type Record = (u64, Bytes);
 
+/// Records `[first, until)` of a stream, in the cold object `key`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColdSegment {
+    pub first: u64,
+    pub until: u64,
+    pub key: std::sync::Arc<str>,
+}
+
 pub struct Store {
     db: Database,
 }
@@ -80,6 +91,7 @@ impl Store {
         txn.open_table(PRODUCERS)?;
         txn.open_table(RECORDS)?;
         txn.open_table(SNAPSHOTS)?;
+        txn.open_table(COLD)?;
         txn.open_table(RAFT)?;
         txn.commit()?;
         Ok(Self { db })
@@ -106,6 +118,7 @@ impl Store {
                 StreamState {
                     meta,
                     producers: Default::default(),
+                    cold_until: 0,
                 },
             );
         }
@@ -117,8 +130,33 @@ impl Store {
                 state.producers.insert(producer_id.to_owned(), producer);
             }
         }
+        for entry in txn.open_table(COLD)?.iter()? {
+            let (key, value) = entry?;
+            let (stream_id, _) = key.value();
+            let (until, _) = codec::decode_cold(value.value())?;
+            if let Some(state) = streams.get_mut(&stream_id) {
+                state.cold_until = state.cold_until.max(until);
+            }
+        }
         let machine = Machine::restore(limits, next_id, buckets, streams.into_values());
         Ok((machine, applied_seq))
+    }
+
+    /// Every stream's cold segments, in offset order.
+    pub fn cold_segments(&self) -> Result<HashMap<u64, Vec<ColdSegment>>, StorageError> {
+        let txn = self.db.begin_read()?;
+        let mut out: HashMap<u64, Vec<ColdSegment>> = HashMap::new();
+        for entry in txn.open_table(COLD)?.iter()? {
+            let (key, value) = entry?;
+            let (stream_id, first) = key.value();
+            let (until, key) = codec::decode_cold(value.value())?;
+            out.entry(stream_id).or_default().push(ColdSegment {
+                first,
+                until,
+                key: key.into(),
+            });
+        }
+        Ok(out)
     }
 
     /// Writes the effects of WAL records up to `applied_seq` in one transaction. The WAL makes
@@ -143,6 +181,7 @@ impl Store {
             let mut producers = txn.open_table(PRODUCERS)?;
             let mut records = txn.open_table(RECORDS)?;
             let mut snapshots = txn.open_table(SNAPSHOTS)?;
+            let mut cold = txn.open_table(COLD)?;
             meta.insert(APPLIED_SEQ, applied_seq)?;
             if let Some(raft) = raft {
                 txn.open_table(RAFT)?.insert(RAFT_APPLIED, raft)?;
@@ -166,6 +205,7 @@ impl Store {
                         let id = *id;
                         records.retain_in((id, 0)..=(id, u64::MAX), |_, _| false)?;
                         snapshots.retain_in((id, 0)..=(id, u64::MAX), |_, _| false)?;
+                        cold.retain_in((id, 0)..=(id, u64::MAX), |_, _| false)?;
                         producers.retain_in((id, "")..(id + 1, ""), |_, _| false)?;
                     }
                     Effect::PutRecord {
@@ -188,6 +228,30 @@ impl Store {
                                 .insert((*stream_id, chunk.first()), chunk.encode().as_slice())?;
                         }
                         // Keep a chunk that straddles the new first offset.
+                        let limit = *offset;
+                        records.retain_in((*stream_id, 0)..(*stream_id, limit), |key, value| {
+                            key.1 + codec::chunk_data_len(value) > limit
+                        })?;
+                        cold.retain_in((*stream_id, 0)..(*stream_id, limit), |_, value| {
+                            codec::decode_cold(value).is_ok_and(|(until, _)| until > limit)
+                        })?;
+                    }
+                    Effect::PutColdSegment {
+                        stream_id,
+                        first,
+                        until,
+                        key,
+                    } => {
+                        cold.insert(
+                            (*stream_id, *first),
+                            codec::encode_cold(*until, key).as_slice(),
+                        )?;
+                    }
+                    Effect::DropLocalBelow { stream_id, offset } => {
+                        if let Some(chunk) = pending.remove(stream_id) {
+                            records
+                                .insert((*stream_id, chunk.first()), chunk.encode().as_slice())?;
+                        }
                         let limit = *offset;
                         records.retain_in((*stream_id, 0)..(*stream_id, limit), |key, value| {
                             key.1 + codec::chunk_data_len(value) > limit

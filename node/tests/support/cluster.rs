@@ -62,7 +62,7 @@ pub struct TestCluster {
 /// Ports from `bind(0)` are ephemeral ones: once released for a voter to bind, one can be taken
 /// first as the source port of another voter's outgoing connection, and that voter then
 /// cannot start. Ports below the range are never handed out that way.
-fn free_ports(count: usize) -> Vec<u16> {
+pub fn free_ports(count: usize) -> Vec<u16> {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     const FLOOR: u32 = 10_000;
     let ceiling = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")

@@ -5,6 +5,7 @@
 
 pub mod cluster;
 pub mod netns;
+pub mod s3;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -108,7 +109,12 @@ impl Client {
 
     /// Reads a whole stream from the start, page by page.
     pub async fn read_all(&self, path: &str) -> (Vec<u8>, Reply) {
-        let mut offset = "-1".to_owned();
+        self.read_all_from(path, "-1").await
+    }
+
+    /// Reads a stream from `offset` to its tail, page by page.
+    pub async fn read_all_from(&self, path: &str, offset: &str) -> (Vec<u8>, Reply) {
+        let mut offset = offset.to_owned();
         let mut out = Vec::new();
         loop {
             let reply = self.get(&format!("{path}?offset={offset}")).await;

@@ -40,7 +40,7 @@ pub async fn handle(
     let now = now_ms();
 
     let fork = match fork {
-        Some(headers) => Some(prepare_fork(app, headers, now)?),
+        Some(headers) => Some(prepare_fork(app, headers, now).await?),
         None => None,
     };
     // A fork without a content type takes its source's, and so does its initial body.
@@ -148,7 +148,11 @@ fn fork_headers(app: &App, headers: &HeaderMap) -> Result<Option<ForkHeaders>, A
 
 /// Checks the fork point against the source's committed bytes and, with a sub-offset, cuts
 /// the partial message the fork starts with. Returns the spec and the source's content type.
-fn prepare_fork(app: &App, fork: ForkHeaders, now: u64) -> Result<(ForkSpec, String), ApiError> {
+async fn prepare_fork(
+    app: &App,
+    fork: ForkHeaders,
+    now: u64,
+) -> Result<(ForkSpec, String), ApiError> {
     let mut spec = ForkSpec {
         source: fork.source,
         offset: fork.offset,
@@ -170,7 +174,10 @@ fn prepare_fork(app: &App, fork: ForkHeaders, now: u64) -> Result<(ForkSpec, Str
         }
         return Ok((spec, source_type));
     };
-    let slices = app.engine(&meta.path.bucket)?.read(&handle, &meta, at, 1)?;
+    let slices = app
+        .engine(&meta.path.bucket)?
+        .read(&handle, &meta, at, 1)
+        .await?;
     let message = slices.first().filter(|slice| slice.start == at);
     let json = meta.is_json();
     if json && message.is_none() {

@@ -28,7 +28,7 @@ pub async fn handle<B>(
     let (handle, meta) = live_stream(app, &path, now)?;
     app.engine(&meta.path.bucket)?.touch(&handle, &meta, now);
     match query.live {
-        Live::No => catch_up(app, &handle, &meta, query.offset, request.headers()),
+        Live::No => catch_up(app, &handle, &meta, query.offset, request.headers()).await,
         Live::LongPoll => {
             let param = query.offset.ok_or_else(|| offset_required("long-poll"))?;
             long_poll(app, handle, param, query.cursor.as_deref()).await
@@ -81,7 +81,7 @@ pub struct Chunk {
     pub next: u64,
 }
 
-pub fn read_chunk(
+pub async fn read_chunk(
     engine: &Engine,
     handle: &StreamHandle,
     meta: &StreamMeta,
@@ -89,7 +89,7 @@ pub fn read_chunk(
     max_bytes: usize,
 ) -> Result<Chunk, ApiError> {
     let slices = if from < meta.tail {
-        engine.read(handle, meta, from, max_bytes)?
+        engine.read(handle, meta, from, max_bytes).await?
     } else {
         Vec::new()
     };
@@ -120,7 +120,7 @@ pub fn read_chunk(
     Ok(Chunk { body, next })
 }
 
-fn catch_up(
+async fn catch_up(
     app: &App,
     handle: &StreamHandle,
     meta: &StreamMeta,
@@ -146,7 +146,8 @@ fn catch_up(
         meta,
         from,
         app.config.server.read_chunk_size,
-    )?;
+    )
+    .await?;
     let framed = Framed::new(meta, from, &chunk);
     // A chunk short of the tail never changes and may be cached; an answer at the tail
     // changes with the next append, so it must be revalidated (cheaply, by ETag).
@@ -244,7 +245,8 @@ async fn long_poll(
                 &meta,
                 at,
                 app.config.server.read_chunk_size,
-            )?;
+            )
+            .await?;
             let framed = Framed::new(&meta, at, &chunk);
             return Ok(framed
                 .reply(StatusCode::OK, &meta)

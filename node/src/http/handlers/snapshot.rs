@@ -112,7 +112,8 @@ pub async fn bootstrap(app: &App, path: &StreamPath) -> Result<Response<Body>, A
             &meta,
             at,
             app.config.server.read_chunk_size,
-        )?;
+        )
+        .await?;
         // JSON chunks are arrays; merge them into one.
         if meta.is_json() {
             let inner = &chunk.body[1..chunk.body.len() - 1];
@@ -192,7 +193,10 @@ pub async fn retain(app: &App, path: StreamPath, at: &str) -> Result<Response<Bo
     let at = parse_offset(at)?;
     let (handle, meta) = live_stream(app, &path, now_ms())?;
     if meta.is_json() && at < meta.tail && at > meta.retained_from {
-        let slices = app.engine(&path.bucket)?.read(&handle, &meta, at, 1)?;
+        let slices = app
+            .engine(&path.bucket)?
+            .read(&handle, &meta, at, 1)
+            .await?;
         if slices.first().is_none_or(|s| s.start != at) {
             return Err(invalid_offset(format!(
                 "offset {} is not at a message boundary",

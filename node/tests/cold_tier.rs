@@ -1,0 +1,357 @@
+//! The cold tier against a real S3-API server (moto, see `support::s3`): older records move to
+//! object storage and read back byte for byte, through a restart after SIGKILL and on every
+//! voter of a cluster; a group past its hot cap refuses writes with a marked 503
+//! `ColdBackpressure` until flushing catches up; the sweep deletes the objects of deleted
+//! streams and of records behind retention.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Method, StatusCode};
+use support::cluster::TestCluster;
+use support::s3::S3Server;
+use support::{Client, Process, start_in_process};
+
+const TEXT: (&str, &str) = ("content-type", "text/plain");
+const JSON: (&str, &str) = ("content-type", "application/json");
+
+/// Settings that make a few KiB of records flush within a test: 4 KiB objects, looked for
+/// every 50 ms.
+const FAST_FLUSH: &str = "segment_size = 4096\nflush_interval = \"50ms\"";
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// A counter or gauge from the node's `/metrics`.
+async fn metric(admin: &Client, line_start: &str) -> u64 {
+    let text = admin.get("/metrics").await.text();
+    text.lines()
+        .find_map(|line| line.strip_prefix(line_start)?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+async fn wait_for(what: &str, mut done: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Appends `count` text records of different lengths (`pad` bytes and up); returns the
+/// stream's bytes.
+async fn append_records(client: &Client, path: &str, count: usize, pad: usize) -> Vec<u8> {
+    let mut expected = Vec::new();
+    for i in 0..count {
+        let record = format!("record {i:04} {}\n", "x".repeat(pad + i % 97));
+        let reply = client.post(path, &[TEXT], record.clone()).await;
+        assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.text());
+        expected.extend_from_slice(record.as_bytes());
+    }
+    expected
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn older_records_move_to_object_storage_and_read_back_unchanged() {
+    let s3 = S3Server::start();
+    s3.create_bucket("ursula-cold").await;
+    let cold = s3.cold_config("ursula-cold", "single", FAST_FLUSH);
+    let node = start_in_process(|config| config.storage.cold = Some(cold)).await;
+    let client = &node.client;
+    assert_eq!(
+        client.put("/logs", &[], "").await.status,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        client.put("/logs/text", &[TEXT], "").await.status,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        client.put("/logs/json", &[JSON], "").await.status,
+        StatusCode::CREATED
+    );
+    let expected = append_records(client, "/logs/text", 400, 900).await;
+    for i in 0..300 {
+        let reply = client
+            .post(
+                "/logs/json",
+                &[JSON],
+                format!("{{\"i\":{i},\"pad\":\"{}\"}}", "y".repeat(20)),
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.text());
+    }
+
+    // Local disk keeps only what does not fill an object yet: under 4 KiB per stream.
+    let local_bytes =
+        async || metric(&node.admin, "ursula_group_local_record_bytes{group=\"0\"} ").await;
+    wait_for("records to leave local disk", async || {
+        let local = local_bytes().await;
+        local > 0 && local < 2 * 4096
+    })
+    .await;
+    let objects = s3.keys("ursula-cold", "single/g0/").await;
+    assert!(objects.len() >= 50, "{} objects", objects.len());
+
+    let (text, _) = client.read_all("/logs/text").await;
+    assert_eq!(text, expected, "the whole stream, through its cold objects");
+    // From the middle of a cold object, and from a record boundary in another.
+    for at in [1, 5000, 12_345] {
+        let (suffix, _) = client
+            .read_all_from("/logs/text", &ursula_node::offset::format(at as u64))
+            .await;
+        assert_eq!(suffix, expected[at..], "from offset {at}");
+    }
+    let (json, _) = client.read_all("/logs/json").await;
+    let mut messages = Vec::new();
+    for page in String::from_utf8(json).unwrap().split("][") {
+        let page = format!("[{}]", page.trim_start_matches('[').trim_end_matches(']'));
+        let values: Vec<serde_json::Value> = serde_json::from_str(&page).unwrap();
+        messages.extend(values.into_iter().map(|v| v["i"].as_u64().unwrap()));
+    }
+    assert_eq!(messages, (0..300).collect::<Vec<u64>>());
+    // The stream is larger than the tail cache: its start came from object storage.
+    assert!(metric(&node.admin, "ursula_cold_object_fetches_total ").await > 0);
+}
+
+#[test]
+fn cold_records_survive_a_sigkill_and_restart() {
+    let s3 = S3Server::start();
+    let rt = runtime();
+    rt.block_on(s3.create_bucket("ursula-crash"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = format!("\n{}", s3.cold_toml("ursula-crash", "", FAST_FLUSH));
+    let node = Process::start_with(dir.path(), &server, &[]);
+    let expected = rt.block_on(async {
+        let client = node.client();
+        assert_eq!(
+            client.put("/bkt", &[], "").await.status,
+            StatusCode::CREATED
+        );
+        assert_eq!(
+            client.put("/bkt/s", &[TEXT], "").await.status,
+            StatusCode::CREATED
+        );
+        let expected = append_records(&client, "/bkt/s", 300, 0).await;
+        let admin = Client::new(node.admin_addr);
+        wait_for("cold flushes", async || {
+            metric(&admin, "ursula_cold_flushes_total ").await >= 4
+        })
+        .await;
+        expected
+    });
+    node.kill();
+    let node = Process::start_with(dir.path(), &server, &[]);
+    rt.block_on(async {
+        let (bytes, last) = node.client().read_all("/bkt/s").await;
+        assert_eq!(bytes, expected);
+        let admin = Client::new(node.admin_addr);
+        assert!(metric(&admin, "ursula_cold_object_fetches_total ").await > 0);
+        assert_eq!(
+            last.header("stream-next-offset"),
+            Some(ursula_node::offset::format(expected.len() as u64).as_str())
+        );
+    });
+    node.kill();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_hot_cap_writes_are_refused_marked_until_flushing_catches_up() {
+    let s3 = S3Server::start();
+    // The bucket does not exist yet: every flush fails, as with object storage down.
+    let cold = s3.cold_config(
+        "ursula-late",
+        "",
+        "segment_size = 1024\nflush_interval = \"50ms\"\nmax_hot_size_per_group = 8192",
+    );
+    let node = start_in_process(|config| config.storage.cold = Some(cold)).await;
+    let client = &node.client;
+    assert_eq!(
+        client.put("/bkt", &[], "").await.status,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        client.put("/bkt/s", &[TEXT], "").await.status,
+        StatusCode::CREATED
+    );
+    let body = "z".repeat(1000);
+    let mut accepted = 0u64;
+    let refused = loop {
+        let reply = client.post("/bkt/s", &[TEXT], body.clone()).await;
+        if reply.status != StatusCode::NO_CONTENT {
+            break reply;
+        }
+        accepted += 1;
+        assert!(accepted <= 9, "more than the cap was accepted");
+    };
+    assert_eq!(
+        refused.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        refused.text()
+    );
+    assert_eq!(refused.error(), "ColdBackpressure");
+    assert_eq!(
+        refused.header("x-ursula-not-applied"),
+        Some("ColdBackpressure")
+    );
+    assert_eq!(refused.header("retry-after"), Some("1"));
+    assert_eq!(accepted, 8, "8 KiB of 1000-byte bodies fit under the cap");
+    // Nothing of the refused append applied.
+    let head = client.send(Method::HEAD, "/bkt/s", &[], Bytes::new()).await;
+    let tail = ursula_node::offset::format(accepted * 1000);
+    assert_eq!(head.header("stream-next-offset"), Some(tail.as_str()));
+    // A create with a body counts too, and is refused the same way.
+    let create = client.put("/bkt/t", &[TEXT], body.clone()).await;
+    assert_eq!(create.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        create.header("x-ursula-not-applied"),
+        Some("ColdBackpressure")
+    );
+    assert_eq!(
+        client.get("/bkt/t").await.status,
+        StatusCode::NOT_FOUND,
+        "the refused create applied nothing"
+    );
+
+    // Object storage is back: flushing catches up and writes pass again.
+    s3.create_bucket("ursula-late").await;
+    wait_for("an append to pass again", async || {
+        client.post("/bkt/s", &[TEXT], body.clone()).await.status == StatusCode::NO_CONTENT
+    })
+    .await;
+    let (bytes, _) = client.read_all("/bkt/s").await;
+    assert_eq!(bytes.len() as u64, (accepted + 1) * 1000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_deletes_objects_of_deleted_streams_and_behind_retention() {
+    let s3 = S3Server::start();
+    s3.create_bucket("ursula-sweep").await;
+    let cold = s3.cold_config(
+        "ursula-sweep",
+        "swept",
+        &format!("{FAST_FLUSH}\nsweep_interval = \"100ms\"\nsweep_grace = \"0s\""),
+    );
+    let node = start_in_process(|config| config.storage.cold = Some(cold)).await;
+    let client = &node.client;
+    assert_eq!(
+        client.put("/bkt", &[], "").await.status,
+        StatusCode::CREATED
+    );
+    for stream in ["/bkt/gone", "/bkt/kept"] {
+        assert_eq!(
+            client.put(stream, &[TEXT], "").await.status,
+            StatusCode::CREATED
+        );
+    }
+    append_records(client, "/bkt/gone", 200, 0).await;
+    let kept = append_records(client, "/bkt/kept", 300, 0).await;
+    let count = async |stream: &str| -> usize {
+        // Stream IDs: "gone" is 1, "kept" is 2 (the node numbers streams as it creates them).
+        s3.keys("ursula-sweep", &format!("swept/g0/s{stream}/"))
+            .await
+            .len()
+    };
+    wait_for("both streams flushed", async || {
+        count("1").await >= 2 && count("2").await >= 3
+    })
+    .await;
+
+    assert_eq!(
+        client
+            .send(Method::DELETE, "/bkt/gone", &[], Bytes::new())
+            .await
+            .status,
+        StatusCode::NO_CONTENT
+    );
+    wait_for("the deleted stream's objects deleted", async || {
+        count("1").await == 0
+    })
+    .await;
+
+    // Retention past the first two objects of "kept": those go, the rest stay readable.
+    let objects_before = count("2").await;
+    let retain_at = 9000u64;
+    let reply = client
+        .put(
+            &format!(
+                "/bkt/kept/retention/{}",
+                ursula_node::offset::format(retain_at)
+            ),
+            &[],
+            "",
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    wait_for("objects behind retention deleted", async || {
+        count("2").await < objects_before
+    })
+    .await;
+    let (rest, _) = client
+        .read_all_from("/bkt/kept", &ursula_node::offset::format(retain_at))
+        .await;
+    assert_eq!(rest, kept[retain_at as usize..]);
+}
+
+#[test]
+fn every_voter_reads_the_cold_records_and_a_new_leader_serves_them() {
+    let s3 = S3Server::start();
+    let rt = runtime();
+    rt.block_on(s3.create_bucket("ursula-cluster"));
+    let cluster = TestCluster::start(3, &s3.cold_toml("ursula-cluster", "c", FAST_FLUSH));
+    rt.block_on(async {
+        cluster.wait_ready().await;
+        let send = async |method: Method, path: &str, headers: &[(&str, &str)], body: String| {
+            cluster
+                .send(
+                    0,
+                    method,
+                    path,
+                    headers,
+                    Bytes::from(body),
+                    Duration::from_secs(20),
+                )
+                .await
+                .expect("an answer")
+        };
+        assert_eq!(
+            send(Method::PUT, "/cold", &[], String::new()).await.status,
+            StatusCode::CREATED
+        );
+        assert_eq!(
+            send(Method::PUT, "/cold/s", &[TEXT], String::new())
+                .await
+                .status,
+            StatusCode::CREATED
+        );
+        let mut expected = Vec::new();
+        for i in 0..300 {
+            let record = format!("voter record {i:04} {}\n", "v".repeat(i % 61));
+            let reply = send(Method::POST, "/cold/s", &[TEXT], record.clone()).await;
+            assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.text());
+            expected.extend_from_slice(record.as_bytes());
+        }
+        let group = cluster.group_of("cold");
+        wait_for("cold objects of the group", async || {
+            s3.keys("ursula-cluster", &format!("c/g{group}/"))
+                .await
+                .len()
+                >= 3
+        })
+        .await;
+        // Every voter's own copy, cold objects included, is the stream.
+        cluster.wait_replicas_equal("cold", "s", &expected).await;
+        // The leader goes; the new one reads the same records from object storage.
+        let leader = cluster.leader_of(group).await.expect("a leader");
+        cluster.kill(leader);
+        assert_eq!(cluster.read_all("/cold/s").await, expected);
+    });
+}
