@@ -112,6 +112,15 @@ class ClusterChart(unittest.TestCase):
         )
         self.assertEqual(spec["nodeConfig"], {"server.long_poll_timeout": "30s"})
 
+    def test_an_object_store_reaches_the_spec(self):
+        store = {"bucket": "ursula-cold", "endpoint": "http://minio.storage:9000",
+                 "credentialsSecret": "ursula-s3"}
+        _, objects = render(CLUSTER, {"objectStore": store})
+        jsonschema.validate(objects[0][1], ursulacluster_schema())
+        self.assertEqual(objects[0][1]["spec"]["objectStore"], store)
+        _, objects = render(CLUSTER)
+        self.assertNotIn("objectStore", objects[0][1]["spec"])
+
     def test_the_tls_ingress_never_retries(self):
         _, objects = render(
             CLUSTER,
@@ -134,6 +143,8 @@ class ClusterChart(unittest.TestCase):
             {"storage": {"size": "ten gigabytes"}},
             {"gatewayReplicas": 0},
             {"unknownKey": True},
+            {"objectStore": {"bucket": "cold"}},
+            {"objectStore": {"bucket": "cold", "credentialsSecret": "s3", "endpoint": "minio:9000"}},
         ]:
             with self.subTest(values=bad), self.assertRaises(helm.HelmValuesError):
                 chart.validate_schema(bad)

@@ -52,8 +52,8 @@ pub struct UrsulaClusterSpec {
     pub gateway_resources: Option<ResourceRequirements>,
     /// The persistent volume of each voter.
     pub storage: StorageSpec,
-    /// Object storage for the cold tier and staged large bodies. Not supported by this
-    /// version: a cluster that sets it is refused (`InvalidSpec`) rather than run without it.
+    /// Object storage for the cold tier: older records move there from the voters' volumes.
+    /// Without it every record stays on the volumes.
     #[serde(default)]
     pub object_store: Option<ObjectStoreSpec>,
     /// Node configuration overrides, by the node's config key (`raft.snapshot_log_budget`,
@@ -80,15 +80,20 @@ pub struct StorageSpec {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectStoreSpec {
-    /// Bucket name.
+    /// Bucket name. The cluster keeps its objects under `{prefix}/` in it.
     pub bucket: String,
-    /// Endpoint URL; AWS when absent.
+    /// Key prefix of this cluster's objects; `{namespace}/{name}` of the cluster when absent.
+    /// No two clusters may share one.
+    #[serde(default)]
+    pub prefix: Option<String>,
+    /// Endpoint URL (MinIO, Ceph, ...); AWS when absent. An `http://` endpoint is allowed.
     #[serde(default)]
     pub endpoint: Option<String>,
     /// Region.
     #[serde(default)]
     pub region: Option<String>,
-    /// Secret with keys `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY`.
+    /// Secret in the cluster's namespace with keys `AWS_ACCESS_KEY_ID` and
+    /// `AWS_SECRET_ACCESS_KEY`, given to the voters as environment variables.
     pub credentials_secret: String,
 }
 

@@ -49,7 +49,7 @@ fn kubernetes_formats(value: &mut serde_json::Value) {
 pub const GROUP_COUNT: i64 = 16;
 
 /// Node config keys the operator sets itself; `nodeConfig` may not override them.
-const RESERVED_KEYS: [&str; 8] = [
+const RESERVED_KEYS: [&str; 14] = [
     "node_id",
     "data_dir",
     "server.listen",
@@ -58,14 +58,18 @@ const RESERVED_KEYS: [&str; 8] = [
     "raft.peers",
     "raft.group_count",
     "runtime.worker_threads",
+    "storage.cold.url",
+    "storage.cold.endpoint",
+    "storage.cold.region",
+    "storage.cold.allow_http",
+    "storage.cold.access_key_id",
+    "storage.cold.secret_access_key",
 ];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum InvalidSpec {
     ReservedKey(String),
     BadKey(String),
-    /// `objectStore` is set, and this version has no cold tier to give it to.
-    ObjectStoreUnsupported,
 }
 
 impl std::fmt::Display for InvalidSpec {
@@ -75,10 +79,6 @@ impl std::fmt::Display for InvalidSpec {
                 write!(f, "nodeConfig may not set {key}: the operator sets it")
             }
             Self::BadKey(key) => write!(f, "nodeConfig key {key:?} is not a dotted config key"),
-            Self::ObjectStoreUnsupported => f.write_str(
-                "objectStore is set, but this version has no cold tier: every stream stays on \
-                 the voters' volumes; remove objectStore rather than have it ignored",
-            ),
         }
     }
 }
@@ -102,9 +102,6 @@ pub fn voter_host(cluster: &UrsulaCluster, ordinal: u8) -> String {
 /// StatefulSet's stable DNS names and the spec's overrides applied.
 pub fn node_config(cluster: &UrsulaCluster, ordinal: u8) -> Result<String, InvalidSpec> {
     use toml::{Table, Value};
-    if cluster.spec.object_store.is_some() {
-        return Err(InvalidSpec::ObjectStoreUnsupported);
-    }
     let mut root = Table::new();
     root.insert("node_id".into(), Value::Integer(i64::from(ordinal) + 1));
     root.insert("data_dir".into(), Value::String("/var/lib/ursula".into()));
@@ -134,6 +131,36 @@ pub fn node_config(cluster: &UrsulaCluster, ordinal: u8) -> Result<String, Inval
         .collect();
     raft.insert("peers".into(), Value::Array(peers));
     root.insert("raft".into(), Value::Table(raft));
+    if let Some(store) = &cluster.spec.object_store {
+        let namespace = cluster.namespace().unwrap_or_else(|| "default".into());
+        let prefix = store
+            .prefix
+            .clone()
+            .unwrap_or_else(|| format!("{namespace}/{}", cluster.name_any()));
+        let mut cold = Table::new();
+        cold.insert(
+            "url".into(),
+            Value::String(format!(
+                "s3://{}/{}",
+                store.bucket,
+                prefix.trim_matches('/')
+            )),
+        );
+        if let Some(endpoint) = &store.endpoint {
+            cold.insert("endpoint".into(), Value::String(endpoint.clone()));
+            cold.insert(
+                "allow_http".into(),
+                Value::Boolean(endpoint.starts_with("http://")),
+            );
+        }
+        if let Some(region) = &store.region {
+            cold.insert("region".into(), Value::String(region.clone()));
+        }
+        // Credentials come from the Secret, as environment variables (see `workloads`).
+        let mut storage = Table::new();
+        storage.insert("cold".into(), Value::Table(cold));
+        root.insert("storage".into(), Value::Table(storage));
+    }
 
     for (key, value) in &cluster.spec.node_config {
         if RESERVED_KEYS.contains(&key.as_str()) {
@@ -308,17 +335,66 @@ mod tests {
                 "{key}"
             );
         }
-        let mut with_object_store = cluster(3, &[]);
-        with_object_store.spec.object_store = Some(crate::crd::ObjectStoreSpec {
+    }
+
+    #[test]
+    fn an_object_store_becomes_the_cold_tier() {
+        let store = |prefix: Option<&str>, endpoint: Option<&str>| crate::crd::ObjectStoreSpec {
             bucket: "cold".into(),
-            endpoint: None,
-            region: None,
+            prefix: prefix.map(str::to_owned),
+            endpoint: endpoint.map(str::to_owned),
+            region: Some("eu-west-1".into()),
             credentials_secret: "s3".into(),
-        });
+        };
+        let parse = |cluster: &UrsulaCluster| -> toml::Table {
+            toml::from_str(&node_config(cluster, 1).unwrap()).unwrap()
+        };
+        let cases = [
+            (store(None, None), "s3://cold/apps/ursula", None, None),
+            (
+                store(Some("/shared/ursula-a/"), Some("http://minio.storage:9000")),
+                "s3://cold/shared/ursula-a",
+                Some("http://minio.storage:9000"),
+                Some(true),
+            ),
+            (
+                store(None, Some("https://s3.example.com")),
+                "s3://cold/apps/ursula",
+                Some("https://s3.example.com"),
+                Some(false),
+            ),
+        ];
+        for (spec, url, endpoint, allow_http) in cases {
+            let mut with_store =
+                cluster(3, &[("storage.cold.max_hot_size_per_group", 1024.into())]);
+            with_store.metadata.namespace = Some("apps".into());
+            with_store.spec.object_store = Some(spec);
+            let config = parse(&with_store);
+            let cold = &config["storage"]["cold"];
+            assert_eq!(cold["url"].as_str(), Some(url));
+            assert_eq!(cold.get("endpoint").and_then(|v| v.as_str()), endpoint);
+            assert_eq!(cold.get("allow_http").and_then(|v| v.as_bool()), allow_http);
+            assert_eq!(cold["region"].as_str(), Some("eu-west-1"));
+            assert_eq!(
+                cold["max_hot_size_per_group"].as_integer(),
+                Some(1024),
+                "overrides apply"
+            );
+            assert!(
+                cold.get("secret_access_key").is_none(),
+                "credentials stay in the Secret"
+            );
+        }
+        assert!(
+            parse(&cluster(3, &[])).get("storage").is_none(),
+            "no object store, no cold tier"
+        );
         assert_eq!(
-            node_config(&with_object_store, 0),
-            Err(InvalidSpec::ObjectStoreUnsupported),
-            "a cold tier this version does not have is refused, not ignored"
+            node_config(
+                &cluster(3, &[("storage.cold.url", "s3://elsewhere".into())]),
+                0
+            ),
+            Err(InvalidSpec::ReservedKey("storage.cold.url".into()))
         );
     }
 

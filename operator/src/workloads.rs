@@ -9,8 +9,8 @@ use k8s_openapi::api::apps::v1::{
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
     HTTPGetAction, ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, Service, ServiceAccount, ServicePort,
-    ServiceSpec, Volume, VolumeMount, VolumeResourceRequirements,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SecretKeySelector, Service,
+    ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -158,6 +158,39 @@ pub fn service_account(cluster: &UrsulaCluster) -> ServiceAccount {
     }
 }
 
+/// The voter's environment: its pod name (which picks its config file) and, with an object
+/// store, the store's credentials from the Secret the spec names.
+fn node_env(cluster: &UrsulaCluster) -> Vec<EnvVar> {
+    let mut env = vec![EnvVar {
+        name: "POD_NAME".to_owned(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: "metadata.name".to_owned(),
+                ..ObjectFieldSelector::default()
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }];
+    if let Some(store) = &cluster.spec.object_store {
+        for key in ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"] {
+            env.push(EnvVar {
+                name: key.to_owned(),
+                value_from: Some(EnvVarSource {
+                    secret_key_ref: Some(SecretKeySelector {
+                        name: store.credentials_secret.clone(),
+                        key: key.to_owned(),
+                        optional: None,
+                    }),
+                    ..EnvVarSource::default()
+                }),
+                ..EnvVar::default()
+            });
+        }
+    }
+    env
+}
+
 /// The voters. `OnDelete`: the operator replaces them one at a time, draining each first.
 pub fn statefulset(cluster: &UrsulaCluster) -> StatefulSet {
     statefulset_at(cluster, &cluster.spec.version)
@@ -173,17 +206,7 @@ pub fn statefulset_at(cluster: &UrsulaCluster, version: &str) -> StatefulSet {
             "--config".to_owned(),
             format!("{CONFIG_DIR}/$(POD_NAME).toml"),
         ]),
-        env: Some(vec![EnvVar {
-            name: "POD_NAME".to_owned(),
-            value_from: Some(EnvVarSource {
-                field_ref: Some(ObjectFieldSelector {
-                    field_path: "metadata.name".to_owned(),
-                    ..ObjectFieldSelector::default()
-                }),
-                ..EnvVarSource::default()
-            }),
-            ..EnvVar::default()
-        }]),
+        env: Some(node_env(cluster)),
         ports: Some(vec![
             port("client", ports::CLIENT),
             port("admin", ports::ADMIN),
@@ -477,6 +500,47 @@ mod tests {
                 ("UrsulaCluster", Some(true))
             );
         }
+    }
+
+    #[test]
+    fn voters_get_the_object_store_credentials_from_its_secret() {
+        let env_names = |uc: &UrsulaCluster| -> Vec<(String, Option<(String, String)>)> {
+            let set = statefulset(uc);
+            let node = &set.spec.template.spec.clone().unwrap().containers[0].clone();
+            node.env
+                .clone()
+                .unwrap()
+                .into_iter()
+                .map(|var| {
+                    let secret = var
+                        .value_from
+                        .and_then(|from| from.secret_key_ref)
+                        .map(|s| (s.name, s.key));
+                    (var.name, secret)
+                })
+                .collect()
+        };
+        let mut uc = cluster(3, 2);
+        assert_eq!(env_names(&uc), vec![("POD_NAME".to_owned(), None)]);
+        uc.spec.object_store = Some(crate::crd::ObjectStoreSpec {
+            bucket: "cold".into(),
+            prefix: None,
+            endpoint: None,
+            region: None,
+            credentials_secret: "ursula-s3".into(),
+        });
+        let secret = |key: &str| Some(("ursula-s3".to_owned(), key.to_owned()));
+        assert_eq!(
+            env_names(&uc),
+            vec![
+                ("POD_NAME".to_owned(), None),
+                ("AWS_ACCESS_KEY_ID".to_owned(), secret("AWS_ACCESS_KEY_ID")),
+                (
+                    "AWS_SECRET_ACCESS_KEY".to_owned(),
+                    secret("AWS_SECRET_ACCESS_KEY")
+                ),
+            ]
+        );
     }
 
     #[test]
