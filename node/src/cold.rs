@@ -3,9 +3,10 @@
 //!
 //! A group's leader writes a stream's oldest local records into one object (a *segment*) and
 //! then proposes `Command::ColdFlush` naming it (`engine::cold`). Objects are named after what
-//! they hold, `{prefix}/g{group}/s{stream}/{first}-{until}`, so a flush repeated after an
-//! unknown outcome writes the same bytes to the same name. Nothing but the sweep deletes
-//! objects, and it deletes only those no applied segment refers to.
+//! they hold, `{prefix}/g{group}/s{stream}/{first}-{until}-{random}`: the random part makes
+//! every upload a new object, so a sweep that listed an object before it was written again
+//! can never delete the copy a segment refers to. Nothing but the sweep deletes objects, and it
+//! deletes only those no applied segment refers to.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -100,11 +101,12 @@ impl ColdStore {
         }
     }
 
-    /// The name of the segment holding `[first, until)` of a stream of `group`.
+    /// A new name for an object holding `[first, until)` of a stream of `group`.
     pub fn segment_key(&self, group: u32, stream_id: u64, first: u64, until: u64) -> String {
         format!(
-            "{}/s{stream_id}/{first:020}-{until:020}",
-            self.group_prefix(group)
+            "{}/s{stream_id}/{first:020}-{until:020}-{:016x}",
+            self.group_prefix(group),
+            unique()
         )
     }
 
@@ -177,6 +179,24 @@ impl ColdStore {
     }
 }
 
+/// 64 random bits from the kernel (or, should that fail, from the clock and a counter).
+fn unique() -> u64 {
+    let mut bytes = [0u8; 8];
+    // SAFETY: the kernel writes at most `bytes.len()` bytes into the buffer.
+    let filled = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    if filled == bytes.len() as isize {
+        return u64::from_le_bytes(bytes);
+    }
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    nanos
+        ^ COUNTER
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .rotate_left(40)
+}
+
 /// Decoded segments, least recently used first, within a byte budget.
 struct SegmentCache {
     entries: VecDeque<(String, Arc<Vec<Record>>, usize)>,
@@ -240,7 +260,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cold = local(dir.path());
         let key = cold.segment_key(3, 7, 100, 106);
-        assert_eq!(key, "g3/s7/00000000000000000100-00000000000000000106");
+        assert!(
+            key.starts_with("g3/s7/00000000000000000100-00000000000000000106-"),
+            "{key}"
+        );
+        assert_ne!(
+            key,
+            cold.segment_key(3, 7, 100, 106),
+            "every upload is a new object"
+        );
         let records: Vec<Record> = [(100, "abc"), (103, ""), (103, "def")]
             .into_iter()
             .map(|(offset, text)| (offset, Bytes::from(text)))

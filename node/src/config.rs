@@ -429,6 +429,16 @@ impl Config {
         }
         if let Some(cold) = &self.storage.cold {
             cold.validate()?;
+            // A body larger than the cap could never be taken, however far flushing got.
+            if cold.max_hot_size_per_group < self.server.max_append_size {
+                return Err(ConfigError::Invalid {
+                    key: "storage.cold.max_hot_size_per_group",
+                    message: format!(
+                        "must be at least server.max_append_size ({} bytes)",
+                        self.server.max_append_size
+                    ),
+                });
+            }
         }
         if self.server.read_chunk_size == 0 {
             return Err(ConfigError::Invalid {
@@ -484,7 +494,8 @@ mod tests {
     fn the_cold_tier_is_optional_and_checked() {
         assert!(Config::from_toml("").unwrap().storage.cold.is_none());
         let config = Config::from_toml(
-            "[storage.cold]\nurl = \"s3://ursula/prod\"\nendpoint = \"http://minio:9000\"\n\
+            "[server]\nmax_append_size = 1048576\n\
+             [storage.cold]\nurl = \"s3://ursula/prod\"\nendpoint = \"http://minio:9000\"\n\
              allow_http = true\nmax_hot_size_per_group = 1048576\nflush_interval = \"1s\"\n",
         )
         .unwrap();
@@ -497,6 +508,11 @@ mod tests {
             ("url = \"ftp://x\"", "storage.cold.url"),
             (
                 "url = \"s3://x\"\nmax_hot_size_per_group = 0",
+                "storage.cold.max_hot_size_per_group",
+            ),
+            (
+                // Under the default 64 MiB largest body.
+                "url = \"s3://x\"\nmax_hot_size_per_group = 1048576",
                 "storage.cold.max_hot_size_per_group",
             ),
         ] {

@@ -171,7 +171,11 @@ async fn past_the_hot_cap_writes_are_refused_marked_until_flushing_catches_up() 
         "",
         "segment_size = 1024\nflush_interval = \"50ms\"\nmax_hot_size_per_group = 8192",
     );
-    let node = start_in_process(|config| config.storage.cold = Some(cold)).await;
+    let node = start_in_process(|config| {
+        config.storage.cold = Some(cold);
+        config.server.max_append_size = 4096;
+    })
+    .await;
     let client = &node.client;
     assert_eq!(
         client.put("/bkt", &[], "").await.status,

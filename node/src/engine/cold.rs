@@ -68,9 +68,8 @@ impl Engine {
     /// The group's record bytes on local disk, as this node last counted them as its leader
     /// (`None` without a cold tier).
     pub fn local_record_bytes(&self) -> Option<u64> {
-        self.cold
-            .get()
-            .map(|cold| cold.local_bytes.load(Ordering::Acquire))
+        let cold = self.cold.get()?;
+        (self.leadership() == Leadership::Here).then(|| cold.local_bytes.load(Ordering::Acquire))
     }
 
     /// The records of a cold segment.
@@ -107,7 +106,7 @@ impl Engine {
         let mut last_sweep = Instant::now();
         loop {
             tick.tick().await;
-            if self.leadership() != Leadership::Here {
+            if self.leadership() != Leadership::Here || !self.applied_its_log() {
                 continue;
             }
             let candidates = self.look();
@@ -116,7 +115,7 @@ impl Engine {
                 Err(EngineError::Stopped) => return,
                 Err(error) => tracing::warn!(group = cold.group, %error, "cold flush failed"),
             }
-            if last_sweep.elapsed() >= config.sweep_interval {
+            if last_sweep.elapsed() >= config.sweep_interval && self.confirm_leadership().await {
                 last_sweep = Instant::now();
                 if let Err(error) = self.sweep(cold, config.sweep_grace).await {
                     tracing::warn!(group = cold.group, %error, "cold sweep failed");
@@ -226,17 +225,31 @@ impl Engine {
         Ok(if accepted { until - local_from } else { 0 })
     }
 
+    /// Whether this replica has applied every entry of its log: a leader that has not may
+    /// not know of every segment yet, and would flush records that are already cold.
+    fn applied_its_log(&self) -> bool {
+        self.raft().is_none_or(|raft| {
+            let metrics = raft.metrics();
+            let metrics = metrics.borrow();
+            metrics.last_applied.map(|id| id.index) == metrics.last_log_index
+        })
+    }
+
+    /// Confirms with a quorum that this node still leads, and waits until it has applied
+    /// everything committed before: an openraft leader cut off from its voters does not step
+    /// down by itself, and one that swept on would delete what a new leader flushed.
+    async fn confirm_leadership(&self) -> bool {
+        match self.raft() {
+            None => true,
+            Some(raft) => raft.ensure_linearizable().await.is_ok(),
+        }
+    }
+
     /// Deletes the group's objects that no segment refers to and that are older than
     /// `grace`: what deletes, purges, retention and flushes that never committed left behind.
+    /// Runs right after `confirm_leadership`, so the segments it keeps are every committed one
+    /// (a flush committed later uploaded its object less than `grace` ago).
     async fn sweep(&self, cold: &ColdTier, grace: Duration) -> Result<(), crate::cold::ColdError> {
-        // A leader that has not applied its whole log yet may not know of every segment.
-        if let Some(raft) = self.raft() {
-            let metrics = raft.metrics().borrow().clone();
-            let applied = metrics.last_applied.map(|id| id.index);
-            if applied != metrics.last_log_index {
-                return Ok(());
-            }
-        }
         let listed = cold.store.list(cold.group).await?;
         let referenced: HashSet<Arc<str>> = self
             .registry

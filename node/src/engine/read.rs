@@ -23,6 +23,8 @@ pub enum ReadError {
     NotBoundary(u64),
     #[error("the fork source of stream {0} is missing")]
     MissingSource(u64),
+    #[error("no record of stream {stream} was found at offset {offset}")]
+    Missing { stream: u64, offset: u64 },
     #[error(transparent)]
     Storage(#[from] StorageError),
     #[error("cannot read the stream's cold records: {0}")]
@@ -93,39 +95,43 @@ impl Engine {
             }
         }
         let json = meta.is_json();
-        // Older records are in cold segments, newer ones on local disk. A flush can move the
-        // line between a look at the segments and the local read, so a local read that finds
-        // nothing looks at the segments once more.
-        for _ in 0..2 {
-            while pos < until && budget > 0 && !handle.caches(pos) {
-                let Some(segment) = handle.cold_segment_at(pos) else {
-                    break;
-                };
-                let records = self.cold_records(&segment).await?;
-                let end = until.min(segment.until);
-                let before = pos;
-                let records = records.iter().cloned();
-                slice_records(&mut out, records, &mut pos, end, json, &mut budget)?;
-                if pos == before {
-                    break;
+        // Older records are in cold segments, newer ones on local disk (and the most recent in
+        // the tail cache). A flush, or the tail cache letting records go, can move the line
+        // between a look and the read that follows it; a read that then finds nothing at
+        // `pos` looks again. A record is never skipped: `slice_records` stops at a gap.
+        let mut misses = 0;
+        while pos < until && budget > 0 {
+            let before = pos;
+            match handle.cold_segment_at(pos).filter(|_| !handle.caches(pos)) {
+                Some(segment) => {
+                    let records = self.cold_records(&segment).await?;
+                    let records = records.iter().cloned();
+                    let end = until.min(segment.until);
+                    slice_records(&mut out, records, &mut pos, end, json, &mut budget)?;
+                }
+                None => {
+                    let records = self.read_local(Some(handle), meta, pos, until, budget)?;
+                    let records = records.into_iter();
+                    slice_records(&mut out, records, &mut pos, until, json, &mut budget)?;
+                    if pos > before {
+                        // The local read went as far as its budget or `until` allowed.
+                        break;
+                    }
                 }
             }
-            if pos >= until || budget == 0 {
-                return Ok(out);
+            if pos == before {
+                if !out.is_empty() {
+                    break;
+                }
+                misses += 1;
+                if misses == 3 {
+                    return Err(ReadError::Missing {
+                        stream: meta.id,
+                        offset: pos,
+                    });
+                }
+                tokio::task::yield_now().await;
             }
-            let records = self.read_local(Some(handle), meta, pos, until, budget)?;
-            if records.is_empty() && handle.cold_segment_at(pos).is_some() {
-                continue;
-            }
-            slice_records(
-                &mut out,
-                records.into_iter(),
-                &mut pos,
-                until,
-                json,
-                &mut budget,
-            )?;
-            break;
         }
         Ok(out)
     }
@@ -172,7 +178,8 @@ fn slice_records(
     budget: &mut usize,
 ) -> Result<(), ReadError> {
     for (start, bytes) in records {
-        if *budget == 0 {
+        if *budget == 0 || start > *pos {
+            // Out of budget, or a gap: nothing may be skipped.
             break;
         }
         let end = start + bytes.len() as u64;
@@ -196,4 +203,79 @@ fn slice_records(
         *pos = hi;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn records(list: &[(u64, &'static str)]) -> Vec<Record> {
+        list.iter()
+            .map(|(offset, text)| (*offset, Bytes::from_static(text.as_bytes())))
+            .collect()
+    }
+
+    /// Slices `0..3 "abc"`, an empty record at 3, `3..5 "de"`, and `9..11 "zz"` (5..9 missing).
+    fn slice(from: u64, until: u64, budget: usize) -> (Vec<(u64, String, bool)>, u64) {
+        let mut out = Vec::new();
+        let mut pos = from;
+        let mut budget = budget;
+        let stored = records(&[(0, "abc"), (3, ""), (3, "de"), (9, "zz")]);
+        slice_records(
+            &mut out,
+            stored.into_iter(),
+            &mut pos,
+            until,
+            false,
+            &mut budget,
+        )
+        .expect("a text stream reads from any offset");
+        let slices = out
+            .into_iter()
+            .map(|s| {
+                (
+                    s.start,
+                    String::from_utf8(s.bytes.to_vec()).unwrap(),
+                    s.whole,
+                )
+            })
+            .collect();
+        (slices, pos)
+    }
+
+    #[test]
+    fn slicing_stops_at_a_gap_and_at_the_budget() {
+        // Records 5..9 are missing (a flush moved them between two looks): never skipped.
+        let (slices, pos) = slice(1, 20, 100);
+        assert_eq!(
+            slices,
+            vec![(1, "bc".into(), false), (3, "de".into(), true)]
+        );
+        assert_eq!(pos, 5);
+        // At least one record, then stop once the budget is spent.
+        let (slices, pos) = slice(0, 20, 2);
+        assert_eq!(slices, vec![(0, "abc".into(), true)]);
+        assert_eq!(pos, 3);
+        // `until` cuts a record.
+        let (slices, pos) = slice(0, 4, 100);
+        assert_eq!(
+            slices,
+            vec![(0, "abc".into(), true), (3, "d".into(), false)]
+        );
+        assert_eq!(pos, 4);
+        // Past the gap, nothing at all.
+        let (slices, pos) = slice(6, 20, 100);
+        assert!(slices.is_empty());
+        assert_eq!(pos, 6);
+    }
+
+    #[test]
+    fn a_json_read_must_start_at_a_message() {
+        let mut out = Vec::new();
+        let mut pos = 1;
+        let mut budget = 100;
+        let stored = records(&[(0, "abc")]);
+        let result = slice_records(&mut out, stored.into_iter(), &mut pos, 3, true, &mut budget);
+        assert!(matches!(result, Err(ReadError::NotBoundary(1))));
+    }
 }

@@ -47,7 +47,7 @@ pub struct StreamHandle {
     cache: Mutex<TailCache>,
     /// The last live event rendered for this stream (see `Rendered`).
     rendered: Mutex<Option<Arc<Rendered>>>,
-    /// Its cold segments, by first offset.
+    /// Its cold segments, by `from`.
     cold: RwLock<BTreeMap<u64, ColdSegment>>,
 }
 
@@ -360,7 +360,7 @@ impl Registry {
                 .remove(&meta.id)
                 .unwrap_or_default()
                 .into_iter()
-                .map(|segment| (segment.first, segment))
+                .map(|segment| (segment.from, segment))
                 .collect();
             if !meta.soft_deleted || !maps.by_path.contains_key(&meta.path) {
                 maps.by_path.insert(meta.path.clone(), handle.clone());
@@ -413,17 +413,19 @@ impl Registry {
                     }
                     Effect::PutColdSegment {
                         stream_id,
-                        first,
+                        from,
                         until,
+                        first,
                         key,
                     } => {
                         if let Some(handle) = maps.by_id.get(stream_id) {
                             let segment = ColdSegment {
-                                first: *first,
+                                from: *from,
                                 until: *until,
+                                first: *first,
                                 key: key.clone(),
                             };
-                            handle.cold.write().insert(*first, segment);
+                            handle.cold.write().insert(*from, segment);
                         }
                     }
                     Effect::DeleteRecordsBelow { stream_id, offset } => {

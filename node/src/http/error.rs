@@ -187,7 +187,7 @@ impl From<ReadError> for ApiError {
             }
             .into(),
             ReadError::NotBoundary(_) => Self::new(ErrorToken::InvalidOffset, error.to_string()),
-            ReadError::MissingSource(_) | ReadError::Storage(_) => {
+            ReadError::MissingSource(_) | ReadError::Missing { .. } | ReadError::Storage(_) => {
                 Self::new(ErrorToken::Internal, error.to_string()).after_proposal()
             }
             // Object storage may be back in a moment; the read can be repeated.

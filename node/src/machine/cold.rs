@@ -20,10 +20,11 @@ impl StreamState {
 }
 
 impl Machine {
-    /// Accepts the segment only if it starts at or below the first local offset and ends
-    /// past it, within the stream: then it covers exactly what is still local below `until`.
-    /// Anything else (a repeat of a flush that applied, a range retention passed, a deleted
-    /// stream) changes nothing, so leaders need no coordination beyond the log's order.
+    /// Accepts the object only if its records start at or below the first local offset and
+    /// end past it, within the stream; the new segment then covers exactly what is still
+    /// local below `until`. Anything else (a repeat of a flush that applied, a range retention
+    /// passed, a deleted stream) changes nothing, so leaders need no coordination beyond the
+    /// log's order.
     pub(super) fn cold_flush(&mut self, flush: ColdFlush) -> Outcome {
         let Some(state) = self.streams.get_mut(&flush.stream_id) else {
             return Outcome::ColdFlushed { accepted: false };
@@ -32,11 +33,14 @@ impl Machine {
         if flush.first > local_from || flush.until <= local_from || flush.until > state.meta.tail {
             return Outcome::ColdFlushed { accepted: false };
         }
+        // The segment starts where local records do, whatever the object holds below that
+        // (a flush read before an earlier one applied): segments never overlap.
         state.cold_until = flush.until;
         self.emit(Effect::PutColdSegment {
             stream_id: flush.stream_id,
-            first: flush.first,
+            from: local_from,
             until: flush.until,
+            first: flush.first,
             key: flush.key.into(),
         });
         self.emit(Effect::DropLocalBelow {

@@ -36,11 +36,13 @@ pub enum Effect {
         stream_id: u64,
         offset: u64,
     },
-    /// `[first, until)` of the stream is read from the cold object `key` from now on.
+    /// `[from, until)` of the stream is read from the cold object `key` from now on; the
+    /// object's records start at `first`.
     PutColdSegment {
         stream_id: u64,
-        first: u64,
+        from: u64,
         until: u64,
+        first: u64,
         key: Arc<str>,
     },
     /// Local records wholly below `offset` may go: a cold segment holds them.

@@ -400,8 +400,9 @@ fn a_cold_flush_applies_only_from_the_first_local_offset() {
         vec![
             Effect::PutColdSegment {
                 stream_id: id,
-                first: 0,
+                from: 0,
                 until: 6,
+                first: 0,
                 key: format!("g0/s{id}/0-6").into(),
             },
             Effect::DropLocalBelow {
@@ -413,9 +414,21 @@ fn a_cold_flush_applies_only_from_the_first_local_offset() {
     assert_eq!(m.stream(id).unwrap().cold_until, 6);
     // The same flush again (a leader retrying after a lost answer) changes nothing.
     assert_eq!(accepted(&mut m, 0, 6), (false, vec![]));
-    // Past the tail: refused; overlapping the cold part and ending past it: taken.
+    // Past the tail: refused. An object read before the last flush applied, overlapping the
+    // cold part and ending past it, is taken from where local records start: segments never
+    // overlap.
     assert_eq!(accepted(&mut m, 6, 9), (false, vec![]));
-    assert!(accepted(&mut m, 3, 8).0);
+    let (yes, effects) = accepted(&mut m, 3, 8);
+    assert!(yes);
+    assert!(matches!(
+        effects[0],
+        Effect::PutColdSegment {
+            from: 6,
+            until: 8,
+            first: 3,
+            ..
+        }
+    ));
     // Behind retention, nothing is local any more.
     let mut m2 = machine();
     ok(&mut m2, Command::Create(create("r")));
@@ -449,7 +462,7 @@ struct StoreModel {
     streams: HashMap<u64, StreamMeta>,
     producers: HashMap<(u64, String), ProducerState>,
     records: BTreeMap<(u64, u64), Bytes>,
-    /// Cold segments: (stream, first) to until.
+    /// Cold segments: (stream, from) to until.
     cold: BTreeMap<(u64, u64), u64>,
 }
 
@@ -486,11 +499,11 @@ impl StoreModel {
                 }
                 Effect::PutColdSegment {
                     stream_id,
-                    first,
+                    from,
                     until,
                     ..
                 } => {
-                    self.cold.insert((stream_id, first), until);
+                    self.cold.insert((stream_id, from), until);
                 }
                 Effect::DropLocalBelow { stream_id, offset } => {
                     self.records.retain(|(s, start), bytes| {
@@ -662,6 +675,16 @@ proptest! {
             if let Some(end) = pos {
                 prop_assert_eq!(end, meta.tail);
             }
+            // Cold segments never overlap, and end where local records begin.
+            let mut cold_end = None;
+            for ((_, from), until) in store.cold.range((meta.id, 0)..=(meta.id, u64::MAX)) {
+                if let Some(end) = cold_end {
+                    prop_assert!(*from >= end, "segment from {} overlaps one ending at {}", from, end);
+                }
+                prop_assert!(until > from);
+                cold_end = Some(*until);
+            }
+            prop_assert_eq!(cold_end.unwrap_or(0), state.cold_until);
         }
     }
 

@@ -37,24 +37,23 @@ pub fn bucket_state(byte: u8) -> BucketState {
     }
 }
 
-/// A cold segment's row: `[until: u64 LE][object name, UTF-8]`.
-pub fn encode_cold(until: u64, key: &str) -> Vec<u8> {
-    let mut out = Vec::with_capacity(8 + key.len());
+/// A cold segment's row: `[until: u64 LE][first: u64 LE][object name, UTF-8]`.
+pub fn encode_cold(until: u64, first: u64, key: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(16 + key.len());
     out.extend_from_slice(&until.to_le_bytes());
+    out.extend_from_slice(&first.to_le_bytes());
     out.extend_from_slice(key.as_bytes());
     out
 }
 
-pub fn decode_cold(row: &[u8]) -> Result<(u64, &str), StorageError> {
+pub fn decode_cold(row: &[u8]) -> Result<(u64, u64, &str), StorageError> {
     let corrupt = || StorageError::Corrupt("cold segment row".into());
-    let until = u64::from_le_bytes(
-        row.get(..8)
-            .ok_or_else(corrupt)?
-            .try_into()
-            .map_err(|_| corrupt())?,
-    );
-    let key = std::str::from_utf8(&row[8..]).map_err(|_| corrupt())?;
-    Ok((until, key))
+    let word = |at: usize| -> Result<u64, StorageError> {
+        let bytes = row.get(at..at + 8).ok_or_else(corrupt)?;
+        Ok(u64::from_le_bytes(bytes.try_into().map_err(|_| corrupt())?))
+    };
+    let key = std::str::from_utf8(row.get(16..).ok_or_else(corrupt)?).map_err(|_| corrupt())?;
+    Ok((word(0)?, word(8)?, key))
 }
 
 /// Consecutive records of one stream, stored as one row:

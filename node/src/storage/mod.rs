@@ -25,7 +25,7 @@ const STREAMS: TableDefinition<u64, &[u8]> = TableDefinition::new("streams");
 const PRODUCERS: TableDefinition<(u64, &str), &[u8]> = TableDefinition::new("producers");
 const RECORDS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("records");
 const SNAPSHOTS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("snapshots");
-/// Cold segments: `(stream, first offset)` to the end offset and the object's name.
+/// Cold segments: `(stream, from)` to the end offset, the object's first offset and its name.
 const COLD: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("cold");
 /// On a replicated node: the Raft log position and membership the state includes.
 const RAFT: TableDefinition<&str, &[u8]> = TableDefinition::new("raft");
@@ -66,11 +66,14 @@ redb_errors!(
 /// One record: its start offset and its bytes.
 pub type Record = (u64, Bytes);
 
-/// Records `[first, until)` of a stream, in the cold object `key`.
+/// Records `[from, until)` of a stream are read from the cold object `key`, whose records
+/// start at `first` (at or below `from`: an object may also hold records an earlier segment
+/// covers). A stream's segments never overlap.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ColdSegment {
-    pub first: u64,
+    pub from: u64,
     pub until: u64,
+    pub first: u64,
     pub key: std::sync::Arc<str>,
 }
 
@@ -133,7 +136,7 @@ impl Store {
         for entry in txn.open_table(COLD)?.iter()? {
             let (key, value) = entry?;
             let (stream_id, _) = key.value();
-            let (until, _) = codec::decode_cold(value.value())?;
+            let (until, _, _) = codec::decode_cold(value.value())?;
             if let Some(state) = streams.get_mut(&stream_id) {
                 state.cold_until = state.cold_until.max(until);
             }
@@ -148,11 +151,12 @@ impl Store {
         let mut out: HashMap<u64, Vec<ColdSegment>> = HashMap::new();
         for entry in txn.open_table(COLD)?.iter()? {
             let (key, value) = entry?;
-            let (stream_id, first) = key.value();
-            let (until, key) = codec::decode_cold(value.value())?;
+            let (stream_id, from) = key.value();
+            let (until, first, key) = codec::decode_cold(value.value())?;
             out.entry(stream_id).or_default().push(ColdSegment {
-                first,
+                from,
                 until,
+                first,
                 key: key.into(),
             });
         }
@@ -233,18 +237,19 @@ impl Store {
                             key.1 + codec::chunk_data_len(value) > limit
                         })?;
                         cold.retain_in((*stream_id, 0)..(*stream_id, limit), |_, value| {
-                            codec::decode_cold(value).is_ok_and(|(until, _)| until > limit)
+                            codec::decode_cold(value).is_ok_and(|(until, _, _)| until > limit)
                         })?;
                     }
                     Effect::PutColdSegment {
                         stream_id,
-                        first,
+                        from,
                         until,
+                        first,
                         key,
                     } => {
                         cold.insert(
-                            (*stream_id, *first),
-                            codec::encode_cold(*until, key).as_slice(),
+                            (*stream_id, *from),
+                            codec::encode_cold(*until, *first, key).as_slice(),
                         )?;
                     }
                     Effect::DropLocalBelow { stream_id, offset } => {
