@@ -48,6 +48,9 @@ pub struct ColdStore {
 
 impl ColdStore {
     pub fn open(config: &ColdConfig) -> Result<Self, ColdError> {
+        // The object store's HTTPS client takes the process's TLS provider; an error means
+        // one is installed already.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let (store, prefix): (Arc<dyn ObjectStore>, String) =
             if let Some(rest) = config.url.strip_prefix("s3://") {
                 let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
@@ -290,6 +293,27 @@ mod tests {
             cold.segment(&key, 100).await,
             Err(ColdError::Store(_))
         ));
+    }
+
+    /// An HTTPS endpoint builds a TLS client (with the process's one provider) and fails as a
+    /// connection, not as a panic.
+    #[tokio::test]
+    async fn an_unreachable_https_store_is_an_error() {
+        let config = ColdConfig {
+            url: "s3://ursula/prefix".into(),
+            endpoint: Some("https://127.0.0.1:9".into()),
+            region: Some("us-east-1".into()),
+            access_key_id: Some("key".into()),
+            secret_access_key: Some("secret".into()),
+            ..ColdConfig::default()
+        };
+        let cold = ColdStore::open(&config).unwrap();
+        assert!(matches!(cold.list(0).await, Err(ColdError::Store(_))));
+        let bad = ColdConfig {
+            url: "s3:///prefix".into(),
+            ..config
+        };
+        assert!(matches!(ColdStore::open(&bad), Err(ColdError::Url(_))));
     }
 
     #[tokio::test]

@@ -8,6 +8,8 @@
 
 mod support;
 
+use support::runtime;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -146,14 +148,6 @@ async fn verify(cluster: &TestCluster, acked: &HashMap<usize, u64>) {
         }
         cluster.wait_replicas_equal(bucket, "s", &bytes).await;
     }
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
 }
 
 /// Runs `fault` while producers append, then checks everything.

@@ -6,6 +6,8 @@
 
 mod support;
 
+use support::runtime;
+
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -66,14 +68,6 @@ async fn only_the_first_append(cluster: &TestCluster, bucket: &str) {
     let bytes = cluster.read_all(&format!("/{bucket}/s")).await;
     assert_eq!(String::from_utf8_lossy(&bytes), "kept;");
     cluster.wait_replicas_equal(bucket, "s", &bytes).await;
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
 }
 
 #[test]

@@ -6,6 +6,8 @@
 
 mod support;
 
+use support::runtime;
+
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -21,12 +23,15 @@ const JSON: (&str, &str) = ("content-type", "application/json");
 /// every 50 ms.
 const FAST_FLUSH: &str = "segment_size = 4096\nflush_interval = \"50ms\"";
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
+/// Creates a bucket or stream, which must not exist yet.
+async fn create(client: &Client, path: &str, headers: &[(&str, &str)]) {
+    let reply = client.put(path, headers, "").await;
+    assert_eq!(
+        reply.status,
+        StatusCode::CREATED,
+        "{path}: {}",
+        reply.text()
+    );
 }
 
 /// A counter or gauge from the node's `/metrics`.
@@ -65,18 +70,9 @@ async fn older_records_move_to_object_storage_and_read_back_unchanged() {
     let cold = s3.cold_config("ursula-cold", "single", FAST_FLUSH);
     let node = start_in_process(|config| config.storage.cold = Some(cold)).await;
     let client = &node.client;
-    assert_eq!(
-        client.put("/logs", &[], "").await.status,
-        StatusCode::CREATED
-    );
-    assert_eq!(
-        client.put("/logs/text", &[TEXT], "").await.status,
-        StatusCode::CREATED
-    );
-    assert_eq!(
-        client.put("/logs/json", &[JSON], "").await.status,
-        StatusCode::CREATED
-    );
+    create(client, "/logs", &[]).await;
+    create(client, "/logs/text", &[TEXT]).await;
+    create(client, "/logs/json", &[JSON]).await;
     let expected = append_records(client, "/logs/text", 400, 900).await;
     for i in 0..300 {
         let reply = client
@@ -131,14 +127,8 @@ fn cold_records_survive_a_sigkill_and_restart() {
     let node = Process::start_with(dir.path(), &server, &[]);
     let expected = rt.block_on(async {
         let client = node.client();
-        assert_eq!(
-            client.put("/bkt", &[], "").await.status,
-            StatusCode::CREATED
-        );
-        assert_eq!(
-            client.put("/bkt/s", &[TEXT], "").await.status,
-            StatusCode::CREATED
-        );
+        create(&client, "/bkt", &[]).await;
+        create(&client, "/bkt/s", &[TEXT]).await;
         let expected = append_records(&client, "/bkt/s", 300, 0).await;
         let admin = Client::new(node.admin_addr);
         wait_for("cold flushes", async || {
@@ -177,14 +167,8 @@ async fn past_the_hot_cap_writes_are_refused_marked_until_flushing_catches_up() 
     })
     .await;
     let client = &node.client;
-    assert_eq!(
-        client.put("/bkt", &[], "").await.status,
-        StatusCode::CREATED
-    );
-    assert_eq!(
-        client.put("/bkt/s", &[TEXT], "").await.status,
-        StatusCode::CREATED
-    );
+    create(client, "/bkt", &[]).await;
+    create(client, "/bkt/s", &[TEXT]).await;
     let body = "z".repeat(1000);
     let mut accepted = 0u64;
     let refused = loop {
@@ -246,15 +230,9 @@ async fn the_sweep_deletes_objects_of_deleted_streams_and_behind_retention() {
     );
     let node = start_in_process(|config| config.storage.cold = Some(cold)).await;
     let client = &node.client;
-    assert_eq!(
-        client.put("/bkt", &[], "").await.status,
-        StatusCode::CREATED
-    );
+    create(client, "/bkt", &[]).await;
     for stream in ["/bkt/gone", "/bkt/kept"] {
-        assert_eq!(
-            client.put(stream, &[TEXT], "").await.status,
-            StatusCode::CREATED
-        );
+        create(client, stream, &[TEXT]).await;
     }
     append_records(client, "/bkt/gone", 200, 0).await;
     let kept = append_records(client, "/bkt/kept", 300, 0).await;

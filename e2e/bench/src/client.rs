@@ -64,6 +64,31 @@ impl Client {
         }
     }
 
+    /// A GET of `path` (a stream read): status, the `Stream-Next-Offset` and
+    /// `Stream-Up-To-Date` headers, and the body's length.
+    pub async fn read(
+        &self,
+        path: &str,
+    ) -> Result<(StatusCode, Option<String>, bool, usize), Error> {
+        let request = Request::builder()
+            .method(Method::GET)
+            .uri(self.target(path))
+            .body(Full::new(Bytes::new()))?;
+        let response = self.inner.request(request).await?;
+        let status = response.status();
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let next = header("stream-next-offset");
+        let up_to_date = header("stream-up-to-date").is_some_and(|v| v == "true");
+        let body = response.into_body().collect().await?.to_bytes();
+        Ok((status, next, up_to_date, body.len()))
+    }
+
     pub async fn send(
         &self,
         method: Method,

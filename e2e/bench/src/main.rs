@@ -6,12 +6,15 @@
 //!   message with its send time; reports delivery latency percentiles and checks that every
 //!   subscriber got every message.
 //! - `long-poll`: the same with subscribers that follow the stream with long-polls.
+//! - `catch-up`: one stream filled, then read from the start by R clients; reports MiB/s and
+//!   page latency (with a cold tier, after it has moved the records to object storage).
 //! - `relay`: not a measurement but a baseline: a byte-copying TCP relay, the cheapest proxy
 //!   there is, to measure what any front door costs (`relay.rs`).
 //!
 //! The measurements print one JSON line on stdout (for scripts) after a human summary on stderr.
 
 mod append;
+mod catchup;
 mod client;
 mod cpu;
 mod lean;
@@ -77,6 +80,21 @@ enum Command {
         #[arg(long, value_delimiter = ',')]
         server_pids: Vec<u32>,
     },
+    /// Catch-up read throughput: fill a stream, wait, read it from the start.
+    CatchUp {
+        /// Bytes the stream is filled with.
+        #[arg(long, default_value_t = 64 * 1024 * 1024)]
+        bytes: usize,
+        /// Bytes per append.
+        #[arg(long, default_value_t = 64 * 1024)]
+        size: usize,
+        /// Clients reading the stream at once, each from the start.
+        #[arg(long, default_value_t = 1)]
+        readers: usize,
+        /// Wait between filling and reading (for a cold tier to flush).
+        #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+        settle: Duration,
+    },
     /// SSE fan-out delivery latency.
     Sse(FanOut),
     /// Long-poll fan-out delivery latency: each subscriber polls from the last offset with
@@ -138,6 +156,20 @@ fn main() {
                     server_pids,
                 };
                 append::run(client, &args.prefix, &args.label, options).await
+            }
+            Command::CatchUp {
+                bytes,
+                size,
+                readers,
+                settle,
+            } => {
+                let options = catchup::Options {
+                    bytes,
+                    size,
+                    readers,
+                    settle,
+                };
+                catchup::run(client, &args.prefix, &args.label, options).await
             }
             Command::Sse(fan_out) => {
                 sse::run(

@@ -150,19 +150,29 @@ impl Engine {
         candidates
     }
 
-    /// Flushes every stream with a full segment on local disk, and, while the group is past
-    /// half its hot cap, the streams with the most, so that writes rarely meet the cap.
+    /// Flushes every full segment on local disk, and, while the group is past half its hot
+    /// cap, the streams with the most, so that writes rarely meet the cap. A stream written
+    /// faster than one segment per look gets as many as it has.
     async fn flush(&self, cold: &ColdTier, candidates: Vec<Candidate>) -> Result<(), EngineError> {
         let config = &cold.store.config;
         let total: u64 = candidates.iter().map(|c| c.local_bytes).sum();
         let mut excess = total.saturating_sub(config.max_hot_size_per_group / 2);
-        for candidate in candidates.into_iter().take(FLUSHES_PER_LOOK) {
-            let full = candidate.local_bytes >= config.segment_size;
-            if !full && excess == 0 {
-                break;
+        let mut flushes = 0;
+        for mut candidate in candidates {
+            loop {
+                let full = candidate.local_bytes >= config.segment_size;
+                if (!full && excess == 0) || flushes == FLUSHES_PER_LOOK {
+                    break;
+                }
+                flushes += 1;
+                let flushed = self.flush_stream(cold, &candidate).await?;
+                if flushed == 0 {
+                    break;
+                }
+                excess = excess.saturating_sub(flushed);
+                candidate.local_from += flushed;
+                candidate.local_bytes = candidate.local_bytes.saturating_sub(flushed);
             }
-            let flushed = self.flush_stream(cold, &candidate).await?;
-            excess = excess.saturating_sub(flushed);
         }
         Ok(())
     }

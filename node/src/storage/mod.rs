@@ -227,15 +227,8 @@ impl Store {
                         chunk.push(bytes.clone());
                     }
                     Effect::DeleteRecordsBelow { stream_id, offset } => {
-                        if let Some(chunk) = pending.remove(stream_id) {
-                            records
-                                .insert((*stream_id, chunk.first()), chunk.encode().as_slice())?;
-                        }
-                        // Keep a chunk that straddles the new first offset.
+                        drop_records_below(&mut records, &mut pending, *stream_id, *offset)?;
                         let limit = *offset;
-                        records.retain_in((*stream_id, 0)..(*stream_id, limit), |key, value| {
-                            key.1 + codec::chunk_data_len(value) > limit
-                        })?;
                         cold.retain_in((*stream_id, 0)..(*stream_id, limit), |_, value| {
                             codec::decode_cold(value).is_ok_and(|(until, _, _)| until > limit)
                         })?;
@@ -253,14 +246,7 @@ impl Store {
                         )?;
                     }
                     Effect::DropLocalBelow { stream_id, offset } => {
-                        if let Some(chunk) = pending.remove(stream_id) {
-                            records
-                                .insert((*stream_id, chunk.first()), chunk.encode().as_slice())?;
-                        }
-                        let limit = *offset;
-                        records.retain_in((*stream_id, 0)..(*stream_id, limit), |key, value| {
-                            key.1 + codec::chunk_data_len(value) > limit
-                        })?;
+                        drop_records_below(&mut records, &mut pending, *stream_id, *offset)?;
                     }
                     Effect::PutProducer {
                         stream_id,
@@ -349,6 +335,23 @@ impl Store {
             .get((stream_id, offset))?
             .map(|value| Bytes::copy_from_slice(value.value())))
     }
+}
+
+/// Deletes a stream's record chunks wholly below `limit` (the transaction's pending chunk of
+/// the stream is written first). A chunk that straddles `limit` is kept whole.
+fn drop_records_below(
+    records: &mut redb::Table<(u64, u64), &[u8]>,
+    pending: &mut HashMap<u64, codec::ChunkBuilder>,
+    stream_id: u64,
+    limit: u64,
+) -> Result<(), StorageError> {
+    if let Some(chunk) = pending.remove(&stream_id) {
+        records.insert((stream_id, chunk.first()), chunk.encode().as_slice())?;
+    }
+    records.retain_in((stream_id, 0)..(stream_id, limit), |key, value| {
+        key.1 + codec::chunk_data_len(value) > limit
+    })?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -164,6 +164,15 @@ impl Client {
     }
 }
 
+/// A runtime for tests that also drive child processes from the test thread.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
 /// A node in this process, on ephemeral loopback ports, with its own data directory.
 pub struct InProcess {
     pub client: Client,
