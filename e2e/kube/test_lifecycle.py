@@ -6,8 +6,12 @@
   and a rollback recovers it; a `BucketPurge` purges and fences a bucket.
 - kwok makes pods Running and Ready; `VoterProcesses` (a test kubelet for voter pods) runs a
   real `ursula-node` for each voter pod, with the operator's own config file (addresses
-  rewritten to loopback: voter N on 127.0.0.1N, the contract's ports), restarts it when its
-  pod is replaced, and stops it when its pod goes. Drains and purges go to those processes.
+  rewritten to loopback: voter N on 127.0.0.1N, the contract's ports) and the pod's
+  environment (the object store's credentials from their Secret), restarts it when its pod is
+  replaced, and stops it when its pod goes. Drains and purges go to those processes.
+- The cluster has an `objectStore`: a real S3-API server (moto, from e2e/s3/setup.sh), with
+  small cold objects, so the voters flush records to it and read them back through every
+  restart.
 
 Usage (run.sh does this): KUBECONFIG=... URSULA_BIN_DIR=target/debug python test_lifecycle.py
 """
@@ -19,6 +23,7 @@ import os
 import pathlib
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -37,6 +42,8 @@ RELEASE = "streams"
 VOTERS = 3
 GATEWAYS = 2
 READY_TIMEOUT_S = 15
+S3_SERVER = ROOT / "e2e" / ".tools" / "s3" / "bin" / "moto_server"
+S3_BUCKET = "ursula-lifecycle"
 
 
 def kubectl(*args, input=None, check=True):
@@ -89,6 +96,38 @@ def request(method, ordinal, path, body=None, headers=None, port=4437, follow=Tr
             continue
         return response.status, data
     raise AssertionError(f"{method} {path}: too many redirects")
+
+
+def free_port():
+    """A loopback port free now, below the ephemeral range (no outgoing connection takes it)."""
+    for port in range(20000 + os.getpid() % 10000, 32000):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free loopback port")
+
+
+def s3_request(port, method, path):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request(method, path)
+    response = conn.getresponse()
+    data = response.read()
+    conn.close()
+    return response.status, data
+
+
+def secret_env(container):
+    """The container's environment variables that come from Secret keys, resolved."""
+    env = {}
+    for var in container.get("env", []):
+        ref = var.get("valueFrom", {}).get("secretKeyRef")
+        if ref:
+            secret = get_json("secret", "-n", NS, ref["name"])
+            env[var["name"]] = base64.b64decode(secret["data"][ref["key"]]).decode()
+    return env
 
 
 class Producer(threading.Thread):
@@ -188,13 +227,14 @@ class VoterProcesses(threading.Thread):
             if pod["metadata"].get("deletionTimestamp"):
                 continue
             ordinal = int(name.rsplit("-", 1)[1])
-            live[ordinal] = (pod["metadata"]["uid"], pod["spec"]["containers"][0]["image"])
+            live[ordinal] = (pod["metadata"]["uid"], pod["spec"]["containers"][0])
         for ordinal in list(self.running):
             if ordinal not in live or live[ordinal][0] != self.running[ordinal][0]:
                 self.stop_process(ordinal)
-        for ordinal, (uid, image) in live.items():
+        for ordinal, (uid, container) in live.items():
             if ordinal in self.running:
                 continue
+            image = container["image"]
             if image == NEVER_READY:
                 # The image crash-loops: nothing runs, and kwok never makes the pod ready.
                 self.running[ordinal] = (uid, None)
@@ -204,6 +244,11 @@ class VoterProcesses(threading.Thread):
             with open(self.workdir / f"voter-{ordinal}.log", "ab") as logfile:
                 process = subprocess.Popen(
                     [str(BIN_DIR / "ursula-node"), "--config", str(config)],
+                    # The pod's environment, not the host's credentials.
+                    env={
+                        **{k: v for k, v in os.environ.items() if not k.startswith("AWS_")},
+                        **secret_env(container),
+                    },
                     stdout=logfile,
                     stderr=logfile,
                 )
@@ -402,6 +447,21 @@ class ClusterLifecycle(unittest.TestCase):
         cls.pods = None
         cls.steps = None
         cls.passed = False
+        cls.s3_port = free_port()
+        cls.s3 = subprocess.Popen(
+            [str(S3_SERVER), "-H", "127.0.0.1", "-p", str(cls.s3_port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            wait_for(
+                "the S3-API server",
+                lambda: s3_request(cls.s3_port, "PUT", f"/{S3_BUCKET}")[0] == 200,
+                timeout=30,
+            )
+        except BaseException:
+            cls.s3.kill()
+            raise
 
     @classmethod
     def tearDownClass(cls):
@@ -409,6 +469,8 @@ class ClusterLifecycle(unittest.TestCase):
             if watch:
                 watch.stop()
         cls.voters.shutdown()
+        cls.s3.kill()
+        cls.s3.wait()
         if cls.operator:
             cls.operator.kill()
             cls.operator.wait()
@@ -470,6 +532,17 @@ class ClusterLifecycle(unittest.TestCase):
             "voters": VOTERS,
             "gatewayReplicas": GATEWAYS,
             "storage": {"size": "1Gi"},
+            "objectStore": {
+                "bucket": S3_BUCKET,
+                "endpoint": f"http://127.0.0.1:{self.s3_port}",
+                "region": "us-east-1",
+                "credentialsSecret": "lifecycle-s3",
+            },
+            # Small cold objects, flushed often: the test's few KiB of records go cold.
+            "nodeConfig": {
+                "storage.cold.segment_size": 256,
+                "storage.cold.flush_interval": "200ms",
+            },
         }
         chart = ROOT / "charts" / "ursula"
         if action == "install":
@@ -556,6 +629,11 @@ class ClusterLifecycle(unittest.TestCase):
                     }
                 ),
             )
+        kubectl("create", "namespace", NS)
+        kubectl(
+            "create", "secret", "generic", "lifecycle-s3", "-n", NS,
+            "--from-literal=AWS_ACCESS_KEY_ID=lifecycle", "--from-literal=AWS_SECRET_ACCESS_KEY=lifecycle",
+        )
         with step("helm install of the operator chart; the operator runs with its RBAC"):
             self.install_operator()
         self.voters.start()
@@ -645,6 +723,14 @@ class ClusterLifecycle(unittest.TestCase):
                 "every acknowledged append once, in order, and nothing else",
             )
             self.assertGreater(producer.acked, 50, "the producer kept writing")
+            # The voters got the object store from the operator and its credentials from the
+            # Secret: the stream's older records are objects under the cluster's prefix.
+            wait_for(
+                "cold objects in the bucket",
+                lambda: f"<Key>{NS}/{RELEASE}/g".encode()
+                in s3_request(self.s3_port, "GET", f"/{S3_BUCKET}?list-type=2&prefix={NS}/{RELEASE}/")[1],
+                timeout=30,
+            )
             print(
                 f"  {producer.acked} appends acknowledged across 6 voter restarts, "
                 f"{producer.retries} retried",

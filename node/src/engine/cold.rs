@@ -107,6 +107,7 @@ impl Engine {
         loop {
             tick.tick().await;
             if self.leadership() != Leadership::Here || !self.applied_its_log() {
+                // (A new leader applies its first entry within a round trip.)
                 continue;
             }
             let candidates = self.look();
@@ -235,13 +236,17 @@ impl Engine {
         Ok(if accepted { until - local_from } else { 0 })
     }
 
-    /// Whether this replica has applied every entry of its log: a leader that has not may
-    /// not know of every segment yet, and would flush records that are already cold.
+    /// Whether this replica has applied an entry of the current term (the blank entry a new
+    /// leader appends), and so every entry of earlier terms: a new leader that has not may
+    /// not know of every segment yet, and would upload records that are already cold. (Its
+    /// flush would then be trimmed or refused by the state machine; this saves the upload.)
     fn applied_its_log(&self) -> bool {
         self.raft().is_none_or(|raft| {
             let metrics = raft.metrics();
             let metrics = metrics.borrow();
-            metrics.last_applied.map(|id| id.index) == metrics.last_log_index
+            metrics
+                .last_applied
+                .is_some_and(|id| id.leader_id.term == metrics.current_term)
         })
     }
 

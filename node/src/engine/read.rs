@@ -25,6 +25,8 @@ pub enum ReadError {
     MissingSource(u64),
     #[error("no record of stream {stream} was found at offset {offset}")]
     Missing { stream: u64, offset: u64 },
+    #[error("stream {0} was deleted during the read")]
+    Removed(String),
     #[error(transparent)]
     Storage(#[from] StorageError),
     #[error("cannot read the stream's cold records: {0}")]
@@ -123,6 +125,17 @@ impl Engine {
                 if !out.is_empty() {
                     break;
                 }
+                // Retention or a delete may have come since `meta` was taken.
+                let now = handle.meta();
+                if handle.is_removed() {
+                    return Err(ReadError::Removed(meta.path.to_string()));
+                }
+                if pos < now.retained_from {
+                    return Err(ReadError::NotRetained {
+                        offset: pos,
+                        retained_from: now.retained_from,
+                    });
+                }
                 misses += 1;
                 if misses == 3 {
                     return Err(ReadError::Missing {
@@ -130,7 +143,7 @@ impl Engine {
                         offset: pos,
                     });
                 }
-                tokio::task::yield_now().await;
+                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
             }
         }
         Ok(out)

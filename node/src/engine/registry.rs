@@ -369,12 +369,38 @@ impl Registry {
         }
     }
 
+    fn cached_record(put_record: &Effect, seq: u64) -> CachedRecord {
+        match put_record {
+            Effect::PutRecord { offset, bytes, .. } => CachedRecord {
+                offset: *offset,
+                bytes: bytes.clone(),
+                seq,
+            },
+            _ => CachedRecord {
+                offset: 0,
+                bytes: Bytes::new(),
+                seq,
+            },
+        }
+    }
+
     /// Publishes the effects of WAL record `seq`, now durable, and wakes the readers of the
     /// streams it changed.
     pub fn publish(&self, effects: &[Effect], seq: u64) {
         let mut changed: Vec<Arc<StreamHandle>> = Vec::new();
         {
             let mut maps = self.maps.write();
+            // Records before metadata: a reader holds a stream's handle without the lock, and
+            // one that sees a new tail must find the records up to it in the cache.
+            for effect in effects {
+                if let Effect::PutRecord { stream_id, .. } = effect
+                    && let Some(handle) = maps.by_id.get(stream_id)
+                {
+                    handle.push_cached(Self::cached_record(effect, seq), self);
+                }
+            }
+            // Streams this batch creates (their records are cached below).
+            let mut created = Vec::new();
             for effect in effects {
                 match effect {
                     Effect::PutStream(meta) => {
@@ -389,6 +415,7 @@ impl Registry {
                                 handle
                             }
                             None => {
+                                created.push(meta.id);
                                 let handle = Arc::new(StreamHandle::new(meta.clone(), seq));
                                 maps.by_path.insert(meta.path.clone(), handle.clone());
                                 maps.by_id.insert(meta.id, handle.clone());
@@ -439,20 +466,14 @@ impl Registry {
                     _ => {}
                 }
             }
-            for effect in effects {
-                if let Effect::PutRecord {
-                    stream_id,
-                    offset,
-                    bytes,
-                } = effect
+            // The streams created by this batch get their records last: nobody can look them
+            // up before the lock is released.
+            for effect in effects.iter().filter(|_| !created.is_empty()) {
+                if let Effect::PutRecord { stream_id, .. } = effect
+                    && created.contains(stream_id)
                     && let Some(handle) = maps.by_id.get(stream_id)
                 {
-                    let record = CachedRecord {
-                        offset: *offset,
-                        bytes: bytes.clone(),
-                        seq,
-                    };
-                    handle.push_cached(record, self);
+                    handle.push_cached(Self::cached_record(effect, seq), self);
                 }
             }
         }

@@ -187,6 +187,7 @@ impl From<ReadError> for ApiError {
             }
             .into(),
             ReadError::NotBoundary(_) => Self::new(ErrorToken::InvalidOffset, error.to_string()),
+            ReadError::Removed(path) => Refusal::StreamNotFound(path).into(),
             ReadError::MissingSource(_) | ReadError::Missing { .. } | ReadError::Storage(_) => {
                 Self::new(ErrorToken::Internal, error.to_string()).after_proposal()
             }
