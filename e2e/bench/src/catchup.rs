@@ -1,6 +1,9 @@
 //! Catch-up read throughput: a stream is filled with `bytes` of `size`-byte records, the server
 //! is given `settle` (time for a cold tier to move them to object storage), then `readers`
 //! clients each read it from the start to its tail, page by page, as a client catching up does.
+//!
+//! The last record is appended after the wait: a stream's tail cache lets go of records only
+//! as new ones arrive, and the point is to read what the server stores, not its memory.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,13 +27,13 @@ const FILLERS: usize = 16;
 pub async fn run(client: Client, prefix: &str, label: &str, o: Options) -> Result<String, Error> {
     let path = Arc::new(format!("{prefix}-{}", crate::client::run_id()));
     client.create(&path, "application/octet-stream").await?;
-    let records = o.bytes.div_ceil(o.size.max(1));
+    let records = o.bytes.div_ceil(o.size.max(1)).max(2);
     let body = Bytes::from(vec![b'r'; o.size.max(1)]);
     let mut fillers = Vec::new();
     for f in 0..FILLERS {
         let (client, path, body) = (client.clone(), path.clone(), body.clone());
         fillers.push(tokio::spawn(async move {
-            for _ in (f..records).step_by(FILLERS) {
+            for _ in (f..records - 1).step_by(FILLERS) {
                 let status = client
                     .send(
                         Method::POST,
@@ -50,6 +53,12 @@ pub async fn run(client: Client, prefix: &str, label: &str, o: Options) -> Resul
         filler.await??;
     }
     tokio::time::sleep(o.settle).await;
+    let status = client
+        .send(Method::POST, &path, Some("application/octet-stream"), body.clone())
+        .await?;
+    if !status.is_success() {
+        return Err(format!("append: {status}").into());
+    }
 
     let started = Instant::now();
     let mut readers = Vec::new();

@@ -81,6 +81,11 @@ impl ChunkBuilder {
         self.first + self.len
     }
 
+    /// Record bytes so far.
+    pub fn data_len(&self) -> u64 {
+        self.len
+    }
+
     pub fn push(&mut self, record: Bytes) {
         self.len += record.len() as u64;
         self.records.push(record);

@@ -31,6 +31,12 @@ const COLD: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("cold");
 const RAFT: TableDefinition<&str, &[u8]> = TableDefinition::new("raft");
 const RAFT_APPLIED: &str = "applied";
 
+/// Record bytes per chunk row at most (give or take a record). A read copies whole rows, and
+/// the applier gathers a stream's appends of a whole commit interval: unbounded, a busy
+/// stream's row grew to tens of MiB, and every 1 MiB page of a catch-up read copied all of it
+/// (40 MiB/s from redb, `e2e/bench/cold.sh`).
+const MAX_CHUNK_BYTES: u64 = 256 * 1024;
+
 const NEXT_STREAM_ID: &str = "next_stream_id";
 /// The last WAL record whose effects this file holds.
 const APPLIED_SEQ: &str = "applied_seq";
@@ -220,7 +226,7 @@ impl Store {
                         let chunk = pending
                             .entry(*stream_id)
                             .or_insert_with(|| codec::ChunkBuilder::new(*offset));
-                        if chunk.end() != *offset {
+                        if chunk.end() != *offset || chunk.data_len() >= MAX_CHUNK_BYTES {
                             let full = std::mem::replace(chunk, codec::ChunkBuilder::new(*offset));
                             records.insert((*stream_id, full.first()), full.encode().as_slice())?;
                         }

@@ -98,3 +98,43 @@ fn records_read_back_across_chunks_and_deletes() {
     let (_, applied) = reopened.load(Limits::default()).unwrap();
     assert_eq!(applied, 4);
 }
+
+/// One transaction's appends to a stream are split into rows of about `MAX_CHUNK_BYTES`, so
+/// that a read of a page copies about that much, not the whole transaction's worth.
+#[test]
+fn a_large_transaction_is_stored_in_bounded_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let record_len = 60 * 1024u64;
+    let effects: Vec<Effect> = (0..50)
+        .map(|i| Effect::PutRecord {
+            stream_id: 7,
+            offset: i * record_len,
+            bytes: Bytes::from(vec![b'a' + (i % 26) as u8; record_len as usize]),
+        })
+        .collect();
+    store.commit(&effects, 1, true, None).unwrap();
+    let txn = store.db.begin_read().unwrap();
+    let table = txn.open_table(RECORDS).unwrap();
+    let rows: Vec<u64> = table
+        .iter()
+        .unwrap()
+        .map(|row| codec::chunk_data_len(row.unwrap().1.value()))
+        .collect();
+    assert!(rows.len() >= 10, "{} rows", rows.len());
+    assert!(
+        rows.iter().all(|&len| len <= MAX_CHUNK_BYTES + record_len),
+        "{rows:?}"
+    );
+    let all = store.read_records(7, 0, u64::MAX, usize::MAX).unwrap();
+    assert_eq!(all.len(), 50);
+    assert!(all.iter().enumerate().all(|(i, (offset, bytes))| {
+        *offset == i as u64 * record_len && bytes[0] == b'a' + (i % 26) as u8
+    }));
+    // A page from the middle reads a few rows, starting with the one holding its offset.
+    let page = store
+        .read_records(7, 20 * record_len + 5, u64::MAX, 1 << 20)
+        .unwrap();
+    assert_eq!(page[0].0, 20 * record_len);
+    assert!(page.len() <= 18, "{}", page.len());
+}
