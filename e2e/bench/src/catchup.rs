@@ -54,7 +54,12 @@ pub async fn run(client: Client, prefix: &str, label: &str, o: Options) -> Resul
     }
     tokio::time::sleep(o.settle).await;
     let status = client
-        .send(Method::POST, &path, Some("application/octet-stream"), body.clone())
+        .send(
+            Method::POST,
+            &path,
+            Some("application/octet-stream"),
+            body.clone(),
+        )
         .await?;
     if !status.is_success() {
         return Err(format!("append: {status}").into());
