@@ -144,6 +144,11 @@ pub async fn start(config: Config) -> Result<Node, StartError> {
     };
     let groups = Arc::new(groups);
     if let Some(store) = &cold_store {
+        tracing::info!(
+            url = %store.config.url,
+            max_hot_size_per_group = store.config.max_hot_size_per_group,
+            "cold tier on: older records move to object storage"
+        );
         for (group, engine) in groups.hosted() {
             engine.attach_cold(store.clone(), group as u32);
             tokio::spawn(engine.clone().run_cold_tier());

@@ -24,6 +24,21 @@ pub struct Options {
 /// Writers filling the stream at once.
 const FILLERS: usize = 16;
 
+async fn append(client: &Client, path: &str, body: &Bytes) -> Result<(), Error> {
+    let status = client
+        .send(
+            Method::POST,
+            path,
+            Some("application/octet-stream"),
+            body.clone(),
+        )
+        .await?;
+    if !status.is_success() {
+        return Err(format!("append: {status}").into());
+    }
+    Ok(())
+}
+
 pub async fn run(client: Client, prefix: &str, label: &str, o: Options) -> Result<String, Error> {
     let path = Arc::new(format!("{prefix}-{}", crate::client::run_id()));
     client.create(&path, "application/octet-stream").await?;
@@ -34,36 +49,16 @@ pub async fn run(client: Client, prefix: &str, label: &str, o: Options) -> Resul
         let (client, path, body) = (client.clone(), path.clone(), body.clone());
         fillers.push(tokio::spawn(async move {
             for _ in (f..records - 1).step_by(FILLERS) {
-                let status = client
-                    .send(
-                        Method::POST,
-                        &path,
-                        Some("application/octet-stream"),
-                        body.clone(),
-                    )
-                    .await?;
-                if !status.is_success() {
-                    return Err::<(), Error>(format!("append: {status}").into());
-                }
+                append(&client, &path, &body).await?;
             }
-            Ok(())
+            Ok::<(), Error>(())
         }));
     }
     for filler in fillers {
         filler.await??;
     }
     tokio::time::sleep(o.settle).await;
-    let status = client
-        .send(
-            Method::POST,
-            &path,
-            Some("application/octet-stream"),
-            body.clone(),
-        )
-        .await?;
-    if !status.is_success() {
-        return Err(format!("append: {status}").into());
-    }
+    append(&client, &path, &body).await?;
 
     let started = Instant::now();
     let mut readers = Vec::new();
