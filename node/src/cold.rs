@@ -113,6 +113,11 @@ impl ColdStore {
         )
     }
 
+    /// A new name for a body staged by a node of `group` before it proposes the write.
+    pub fn staged_key(&self, group: u32) -> String {
+        format!("{}/staged/{:016x}", self.group_prefix(group), unique())
+    }
+
     /// Writes a segment: `records`, consecutive, starting at `first`.
     pub async fn put_segment(
         &self,

@@ -231,6 +231,9 @@ impl Default for ColdConfig {
 pub struct RuntimeConfig {
     /// Tokio worker threads; default: one per core.
     pub worker_threads: Option<usize>,
+    /// With a cold tier: a create or append body of at least this many bytes is written to
+    /// object storage before the write is proposed, and only its name goes through Raft.
+    pub external_payload_min_size: Option<u64>,
 }
 
 impl Default for Config {
@@ -295,14 +298,6 @@ impl ColdConfig {
             return Err(invalid(
                 "storage.cold.url",
                 "must be s3://bucket[/prefix] or file:///directory",
-            ));
-        }
-        if self.max_hot_size_per_group == 0 {
-            // 0 means every body is staged in object storage before it is proposed, which
-            // this version does not do yet (runtime.external_payload_min_size).
-            return Err(invalid(
-                "storage.cold.max_hot_size_per_group",
-                "must be at least 1: staging every body in object storage is not supported yet",
             ));
         }
         if self.segment_size == 0 || self.segment_size > u64::from(u32::MAX) {
@@ -429,16 +424,32 @@ impl Config {
         }
         if let Some(cold) = &self.storage.cold {
             cold.validate()?;
-            // A body larger than the cap could never be taken, however far flushing got.
-            if cold.max_hot_size_per_group < self.server.max_append_size {
+            // A body that stays inline but is larger than the cap could never be taken,
+            // however far flushing got. A cap of 0 stages every body.
+            let largest_inline = self.largest_inline_body();
+            if cold.max_hot_size_per_group != 0 && cold.max_hot_size_per_group < largest_inline {
                 return Err(ConfigError::Invalid {
                     key: "storage.cold.max_hot_size_per_group",
                     message: format!(
-                        "must be at least server.max_append_size ({} bytes)",
-                        self.server.max_append_size
+                        "must be 0 (every body staged) or at least the largest body that is not staged ({largest_inline} bytes: server.max_append_size, or runtime.external_payload_min_size - 1)"
                     ),
                 });
             }
+        }
+        match self.runtime.external_payload_min_size {
+            Some(_) if self.storage.cold.is_none() => {
+                return Err(ConfigError::Invalid {
+                    key: "runtime.external_payload_min_size",
+                    message: "needs storage.cold: bodies are staged in its object storage".into(),
+                });
+            }
+            Some(0) => {
+                return Err(ConfigError::Invalid {
+                    key: "runtime.external_payload_min_size",
+                    message: "must be at least 1".into(),
+                });
+            }
+            _ => {}
         }
         if self.server.read_chunk_size == 0 {
             return Err(ConfigError::Invalid {
@@ -447,6 +458,14 @@ impl Config {
             });
         }
         Ok(())
+    }
+
+    /// The largest create or append body that is not staged in object storage.
+    pub fn largest_inline_body(&self) -> u64 {
+        match self.runtime.external_payload_min_size {
+            Some(min) => (min - 1).min(self.server.max_append_size),
+            None => self.server.max_append_size,
+        }
     }
 
     pub fn limits(&self) -> Limits {
@@ -507,10 +526,6 @@ mod tests {
         for (text, key) in [
             ("url = \"ftp://x\"", "storage.cold.url"),
             (
-                "url = \"s3://x\"\nmax_hot_size_per_group = 0",
-                "storage.cold.max_hot_size_per_group",
-            ),
-            (
                 // Under the default 64 MiB largest body.
                 "url = \"s3://x\"\nmax_hot_size_per_group = 1048576",
                 "storage.cold.max_hot_size_per_group",
@@ -522,6 +537,18 @@ mod tests {
         }
         let error = Config::from_toml("[storage.cold]\nbucket = \"x\"\n").unwrap_err();
         assert!(error.contains("bucket"), "{error}");
+        // Staging: only with a cold tier; a cap of 0 stages every body; a cap below the
+        // largest unstaged body is refused.
+        let staged = |text: &str| Config::from_toml(text).unwrap().validate();
+        let error = staged("[runtime]\nexternal_payload_min_size = 1024\n").unwrap_err();
+        assert!(error.to_string().contains("needs storage.cold"), "{error}");
+        staged("[runtime]\nexternal_payload_min_size = 1024\n[storage.cold]\nurl = \"s3://x\"\nmax_hot_size_per_group = 1024\n").unwrap();
+        staged("[storage.cold]\nurl = \"s3://x\"\nmax_hot_size_per_group = 0\n").unwrap();
+        let error = staged("[runtime]\nexternal_payload_min_size = 4096\n[storage.cold]\nurl = \"s3://x\"\nmax_hot_size_per_group = 1024\n").unwrap_err();
+        assert!(
+            error.to_string().contains("max_hot_size_per_group"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -150,7 +150,11 @@ pub async fn start(config: Config) -> Result<Node, StartError> {
             "cold tier on: older records move to object storage"
         );
         for (group, engine) in groups.hosted() {
-            engine.attach_cold(store.clone(), group as u32);
+            engine.attach_cold(
+                store.clone(),
+                group as u32,
+                config.runtime.external_payload_min_size,
+            );
             tokio::spawn(engine.clone().run_cold_tier());
         }
     }

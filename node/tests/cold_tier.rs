@@ -283,12 +283,77 @@ async fn the_sweep_deletes_objects_of_deleted_streams_and_behind_retention() {
     assert_eq!(rest, kept[retain_at as usize..]);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_bodies_are_staged_in_object_storage_and_read_back() {
+    let s3 = S3Server::start();
+    s3.create_bucket("ursula-staged").await;
+    let cold = s3.cold_config("ursula-staged", "st", FAST_FLUSH);
+    let node = start_in_process(|config| {
+        config.storage.cold = Some(cold);
+        config.runtime.external_payload_min_size = Some(1000);
+    })
+    .await;
+    let client = &node.client;
+    create(client, "/bkt", &[]).await;
+    // A create with a large body, and appends: large ones staged, small ones inline (and
+    // flushed in 4 KiB objects between the staged ones).
+    let first = "c".repeat(1500);
+    let reply = client.put("/bkt/s", &[TEXT], first.clone()).await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text());
+    let mut expected = first.into_bytes();
+    for i in 0..120 {
+        let record = if i % 40 == 20 {
+            format!("large {i} {}\n", "L".repeat(5000))
+        } else {
+            format!("small {i:03} {}\n", "s".repeat(90))
+        };
+        let reply = client.post("/bkt/s", &[TEXT], record.clone()).await;
+        assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.text());
+        expected.extend_from_slice(record.as_bytes());
+    }
+    create(client, "/bkt/j", &[JSON]).await;
+    let messages: Vec<String> = (0..40)
+        .map(|i| format!("{{\"i\":{i},\"p\":\"{}\"}}", "x".repeat(30)))
+        .collect();
+    let reply = client
+        .post("/bkt/j", &[JSON], format!("[{}]", messages.join(",")))
+        .await;
+    assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.text());
+
+    let staged = s3.keys("ursula-staged", "st/g0/staged/").await;
+    assert_eq!(
+        staged.len(),
+        5,
+        "a create, three appends and a JSON batch: {staged:?}"
+    );
+    assert_eq!(metric(&node.admin, "ursula_staged_bodies_total ").await, 5);
+    wait_for("the small records to leave local disk", async || {
+        metric(&node.admin, "ursula_group_local_record_bytes{group=\"0\"} ").await < 4096
+    })
+    .await;
+    let (bytes, _) = client.read_all("/bkt/s").await;
+    assert_eq!(bytes, expected);
+    for at in [1499u64, 1500, 4000, 7000, 10_000] {
+        let (suffix, _) = client
+            .read_all_from("/bkt/s", &ursula_node::offset::format(at))
+            .await;
+        assert_eq!(suffix, expected[at as usize..], "from offset {at}");
+    }
+    let (json, _) = client.read_all("/bkt/j").await;
+    assert_eq!(json, format!("[{}]", messages.join(",")).into_bytes());
+}
+
 #[test]
 fn every_voter_reads_the_cold_records_and_a_new_leader_serves_them() {
     let s3 = S3Server::start();
     let rt = runtime();
     rt.block_on(s3.create_bucket("ursula-cluster"));
-    let cluster = TestCluster::start(3, &s3.cold_toml("ursula-cluster", "c", FAST_FLUSH));
+    // Bodies of 2,000 bytes and more are staged in object storage.
+    let cold = s3.cold_toml("ursula-cluster", "c", FAST_FLUSH);
+    let cluster = TestCluster::start(
+        3,
+        &format!("{cold}[runtime]\nexternal_payload_min_size = 2000\n"),
+    );
     rt.block_on(async {
         cluster.wait_ready().await;
         let send = async |method: Method, path: &str, headers: &[(&str, &str)], body: String| {
@@ -316,7 +381,9 @@ fn every_voter_reads_the_cold_records_and_a_new_leader_serves_them() {
         );
         let mut expected = Vec::new();
         for i in 0..300 {
-            let record = format!("voter record {i:04} {}\n", "v".repeat(i % 61));
+            // Every 50th record is large: staged, between records that stay inline.
+            let pad = if i % 50 == 25 { 3000 } else { i % 61 };
+            let record = format!("voter record {i:04} {}\n", "v".repeat(pad));
             let reply = send(Method::POST, "/cold/s", &[TEXT], record.clone()).await;
             assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.text());
             expected.extend_from_slice(record.as_bytes());
@@ -329,8 +396,31 @@ fn every_voter_reads_the_cold_records_and_a_new_leader_serves_them() {
                 >= 3
         })
         .await;
+        assert!(
+            s3.keys("ursula-cluster", &format!("c/g{group}/staged/"))
+                .await
+                .len()
+                >= 6,
+            "staged bodies"
+        );
         // Every voter's own copy, cold objects included, is the stream.
         cluster.wait_replicas_equal("cold", "s", &expected).await;
+        // A follower hands a create with a staged body to Raft without checking leadership,
+        // so its redirect cannot say nothing applied; a create with a small body is checked
+        // first, and its redirect is marked.
+        let leader = cluster.leader_of(group).await.expect("a leader");
+        let follower = cluster.voters[(leader + 1) % 3].client();
+        let staged = follower.put("/cold/big", &[TEXT], "b".repeat(2500)).await;
+        assert_eq!(
+            staged.status,
+            StatusCode::TEMPORARY_REDIRECT,
+            "{}",
+            staged.text()
+        );
+        assert_eq!(staged.header("x-ursula-not-applied"), None);
+        let small = follower.put("/cold/small", &[TEXT], "b").await;
+        assert_eq!(small.status, StatusCode::TEMPORARY_REDIRECT);
+        assert_eq!(small.header("x-ursula-not-applied"), Some("NotLeader"));
         // The leader goes; the new one reads the same records from object storage.
         let leader = cluster.leader_of(group).await.expect("a leader");
         cluster.kill(leader);

@@ -14,8 +14,7 @@ use std::time::{Duration, Instant};
 
 use super::{Engine, EngineError, Leadership, StreamHandle, now_ms};
 use crate::cold::ColdStore;
-use crate::machine::cold::local_from;
-use crate::machine::{ColdFlush, Command, Outcome, StreamMeta};
+use crate::machine::{ColdFlush, Command, Outcome, Payload, StagedBody};
 use crate::storage::{ColdSegment, Record};
 
 /// At most this many flushes per look, so that a large backlog does not delay the sweep or
@@ -25,6 +24,8 @@ const FLUSHES_PER_LOOK: usize = 64;
 pub(super) struct ColdTier {
     store: Arc<ColdStore>,
     group: u32,
+    /// Bodies of at least this many bytes are staged (`runtime.external_payload_min_size`).
+    staging_min: Option<u64>,
     /// The group's record bytes on local disk as of the last look, plus bodies proposed since.
     local_bytes: AtomicU64,
 }
@@ -32,20 +33,68 @@ pub(super) struct ColdTier {
 /// A stream with records on local disk, as a look found it.
 struct Candidate {
     handle: Arc<StreamHandle>,
-    meta: Arc<StreamMeta>,
-    local_from: u64,
     local_bytes: u64,
 }
 
 impl Engine {
-    /// Gives this engine (the replica of `group`) a cold tier. Flushing starts with
-    /// `run_cold_tier`.
-    pub fn attach_cold(&self, store: Arc<ColdStore>, group: u32) {
+    /// Gives this engine (the replica of `group`) a cold tier, which stages bodies of at least
+    /// `staging_min` bytes. Flushing starts with `run_cold_tier`.
+    pub fn attach_cold(&self, store: Arc<ColdStore>, group: u32, staging_min: Option<u64>) {
         let _ = self.cold.set(ColdTier {
             store,
             group,
+            staging_min,
             local_bytes: AtomicU64::new(0),
         });
+    }
+
+    /// Whether a create or append body of `len` bytes is staged in object storage: from
+    /// `runtime.external_payload_min_size` on, and every body when the hot cap is 0.
+    pub fn stages(&self, len: u64) -> bool {
+        self.cold.get().is_some_and(|cold| {
+            cold.store.config.max_hot_size_per_group == 0
+                || cold.staging_min.is_some_and(|min| len >= min)
+        })
+    }
+
+    /// Whether this node hands every create to Raft without checking leadership first (the
+    /// hot cap is 0: every body is staged).
+    pub fn stages_everything(&self) -> bool {
+        self.cold
+            .get()
+            .is_some_and(|cold| cold.store.config.max_hot_size_per_group == 0)
+    }
+
+    /// Writes a body to an object of its own; the payload that is proposed names it. Nothing
+    /// is proposed yet: an object whose write never commits is left to the sweep.
+    pub async fn stage(&self, payload: Payload) -> Result<Payload, EngineError> {
+        let Some(cold) = self.cold.get() else {
+            return Ok(payload);
+        };
+        let key = cold.store.staged_key(cold.group);
+        let len = payload.bytes.len() as u64;
+        cold.store
+            .put_segment(&key, 0, &[(0, payload.bytes)])
+            .await
+            .map_err(|e| EngineError::Staging(e.to_string()))?;
+        self.metrics.staged_bodies.fetch_add(1, Ordering::Relaxed);
+        Ok(Payload {
+            bytes: bytes::Bytes::new(),
+            messages: payload.messages,
+            staged: Some(StagedBody { key, len }),
+        })
+    }
+
+    /// Deletes a staged body after a refusal that proves its write was never proposed.
+    pub fn discard_staged(&self, key: String) {
+        if let Some(cold) = self.cold.get() {
+            let store = cold.store.clone();
+            tokio::spawn(async move {
+                if let Err(error) = store.delete(&key).await {
+                    tracing::debug!(%error, key, "cannot delete a staged body; the sweep will");
+                }
+            });
+        }
     }
 
     /// Counts a body against the hot cap, or refuses it before anything is proposed.
@@ -132,13 +181,9 @@ impl Engine {
             .handles()
             .into_iter()
             .filter_map(|handle| {
-                let meta = handle.meta();
-                let from = local_from(&meta, handle.cold_until());
-                let local_bytes = meta.tail - from;
+                let (_, _, local_bytes) = handle.local_records(&handle.meta());
                 (local_bytes > 0).then_some(Candidate {
                     handle,
-                    meta,
-                    local_from: from,
                     local_bytes,
                 })
             })
@@ -159,41 +204,38 @@ impl Engine {
         let total: u64 = candidates.iter().map(|c| c.local_bytes).sum();
         let mut excess = total.saturating_sub(config.max_hot_size_per_group / 2);
         let mut flushes = 0;
-        for mut candidate in candidates {
+        for candidate in candidates {
+            let mut local_bytes = candidate.local_bytes;
             loop {
-                let full = candidate.local_bytes >= config.segment_size;
+                let full = local_bytes >= config.segment_size;
                 if (!full && excess == 0) || flushes == FLUSHES_PER_LOOK {
                     break;
                 }
                 flushes += 1;
-                let flushed = self.flush_stream(cold, &candidate).await?;
+                let flushed = self.flush_stream(cold, &candidate.handle).await?;
                 if flushed == 0 {
                     break;
                 }
                 excess = excess.saturating_sub(flushed);
-                candidate.local_from += flushed;
-                candidate.local_bytes = candidate.local_bytes.saturating_sub(flushed);
+                local_bytes = local_bytes.saturating_sub(flushed);
             }
         }
         Ok(())
     }
 
-    /// Writes the stream's oldest local records (up to a segment's size) to an object and
-    /// proposes the flush. Returns the bytes that left local disk.
+    /// Writes the stream's oldest local records (up to a segment's size, and never past the
+    /// next cold segment) to an object and proposes the flush. Returns the bytes that left
+    /// local disk.
     async fn flush_stream(
         &self,
         cold: &ColdTier,
-        candidate: &Candidate,
+        handle: &StreamHandle,
     ) -> Result<u64, EngineError> {
-        let Candidate {
-            handle,
-            meta,
-            local_from,
-            ..
-        } = candidate;
+        let meta = handle.meta();
+        let (local_from, local_until, _) = handle.local_records(&meta);
         let budget = cold.store.config.segment_size as usize;
         let records = self
-            .read_local(Some(handle), meta, *local_from, meta.tail, budget)
+            .read_local(Some(handle), &meta, local_from, local_until, budget)
             .map_err(|e| EngineError::Storage(e.to_string()))?;
         let (Some(first), Some(last)) = (records.first(), records.last()) else {
             return Ok(0);
@@ -203,12 +245,13 @@ impl Engine {
         let contiguous = records
             .windows(2)
             .all(|pair| pair[0].0 + pair[0].1.len() as u64 == pair[1].0);
-        if !contiguous || first > *local_from || until <= *local_from {
+        if !contiguous || first > local_from || until <= local_from || until > local_until {
             tracing::error!(
                 stream = meta.id,
                 first,
                 until,
                 local_from,
+                local_until,
                 "local records do not cover the range to flush; not flushed"
             );
             return Ok(0);
@@ -227,13 +270,14 @@ impl Engine {
             }))
             .await?;
         let accepted = matches!(outcome, Outcome::ColdFlushed { accepted: true });
-        if accepted {
-            self.metrics.cold_flushes.fetch_add(1, Ordering::Relaxed);
-            self.metrics
-                .cold_flushed_bytes
-                .fetch_add(until - local_from, Ordering::Relaxed);
+        if !accepted {
+            return Ok(0);
         }
-        Ok(if accepted { until - local_from } else { 0 })
+        self.metrics.cold_flushes.fetch_add(1, Ordering::Relaxed);
+        self.metrics
+            .cold_flushed_bytes
+            .fetch_add(until - local_from, Ordering::Relaxed);
+        Ok(until - local_from)
     }
 
     /// Whether this replica has applied an entry of the current term (the blank entry a new

@@ -32,6 +32,8 @@ pub struct Metrics {
     pub cold_swept: AtomicU64,
     /// Cold objects read from object storage (not from the read cache).
     pub cold_fetches: AtomicU64,
+    /// Create and append bodies staged in object storage before they were proposed.
+    pub staged_bodies: AtomicU64,
     fsync_seconds_sum_ns: AtomicU64,
     fsync_buckets: [AtomicU64; FSYNC_BUCKETS.len()],
 }
@@ -121,6 +123,11 @@ impl Metrics {
                 "ursula_cold_swept_objects_total",
                 "Cold objects deleted because no segment referred to them.",
                 &self.cold_swept,
+            ),
+            (
+                "ursula_staged_bodies_total",
+                "Bodies staged in object storage before their write was proposed.",
+                &self.staged_bodies,
             ),
             (
                 "ursula_cold_object_fetches_total",

@@ -54,11 +54,24 @@ pub enum EngineError {
         "the stream's Raft group has {proposed} body bytes proposed and not yet applied, at most {limit} may be"
     )]
     UncommittedBackpressure { proposed: u64, limit: u64 },
+    /// A body could not be staged in object storage; nothing was proposed.
+    #[error("cannot stage the body in object storage: {0}")]
+    Staging(String),
     /// Refused before proposing: the group's records on local disk would exceed the hot cap.
     #[error(
         "the stream's Raft group holds {local} bytes of records on local disk, at most {limit} may be until cold flush catches up"
     )]
     ColdBackpressure { local: u64, limit: u64 },
+}
+
+impl EngineError {
+    /// Whether this refusal came before anything was proposed (the engine's own checks).
+    pub fn is_before_proposal(&self) -> bool {
+        matches!(
+            self,
+            Self::UncommittedBackpressure { .. } | Self::ColdBackpressure { .. } | Self::Staging(_)
+        )
+    }
 }
 
 impl From<StorageError> for EngineError {

@@ -112,11 +112,13 @@ impl Engine {
                     slice_records(&mut out, records, &mut pos, end, json, &mut budget)?;
                 }
                 None => {
-                    let records = self.read_local(Some(handle), meta, pos, until, budget)?;
+                    // Local records end where the next cold segment (a staged body) starts.
+                    let local_until = handle.next_cold_from(pos).map_or(until, |at| at.min(until));
+                    let records = self.read_local(Some(handle), meta, pos, local_until, budget)?;
                     let records = records.into_iter();
                     slice_records(&mut out, records, &mut pos, until, json, &mut budget)?;
-                    if pos > before {
-                        // The local read went as far as its budget or `until` allowed.
+                    if pos > before && pos < local_until {
+                        // The local read went as far as its budget allowed.
                         break;
                     }
                 }

@@ -91,13 +91,16 @@ impl StreamHandle {
         }
     }
 
-    /// Whether the tail cache holds the record at `at` (or records from before it).
+    /// Whether the tail cache holds the record at `at`.
     pub fn caches(&self, at: u64) -> bool {
-        self.cache
-            .lock()
+        let cache = self.cache.lock();
+        let skip = cache
             .records
-            .front()
-            .is_some_and(|first| first.offset <= at)
+            .partition_point(|record| record.offset + record.bytes.len() as u64 <= at);
+        cache
+            .records
+            .get(skip)
+            .is_some_and(|record| record.offset <= at)
     }
 
     /// The cold segment holding offset `at`, if one does.
@@ -111,12 +114,22 @@ impl StreamHandle {
             .cloned()
     }
 
-    /// The end of its last cold segment (0 without one).
-    pub fn cold_until(&self) -> u64 {
+    /// Where the first cold segment after `at` starts, if one does: local records end there.
+    pub fn next_cold_from(&self, at: u64) -> Option<u64> {
+        use std::ops::Bound::{Excluded, Unbounded};
         self.cold
             .read()
-            .last_key_value()
-            .map_or(0, |(_, segment)| segment.until)
+            .range((Excluded(at), Unbounded))
+            .next()
+            .map(|(from, _)| *from)
+    }
+
+    /// Its oldest local records, from where to where, and its record bytes on local disk
+    /// (see `machine::cold::local_range`).
+    pub fn local_records(&self, meta: &StreamMeta) -> (u64, u64, u64) {
+        let cold = self.cold.read();
+        let (from, until) = crate::machine::cold::local_range(meta, &cold);
+        (from, until, crate::machine::cold::local_bytes(meta, &cold))
     }
 
     /// The objects its cold segments are in.

@@ -171,6 +171,10 @@ impl From<EngineError> for ApiError {
             error @ EngineError::ColdBackpressure { .. } => {
                 Self::new(ErrorToken::ColdBackpressure, error.to_string())
             }
+            // Nothing was proposed, but the spec marks no such refusal.
+            error @ EngineError::Staging(_) => {
+                Self::new(ErrorToken::Unavailable, error.to_string()).after_proposal()
+            }
         }
     }
 }

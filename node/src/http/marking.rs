@@ -3,8 +3,9 @@
 //!
 //! A node marks a refusal only when it sends it before anything of the write was proposed:
 //! admission refusals, a failed read of the request, the leadership check of appends, closes and
-//! stream creates, a group it does not host (those and deletes), and a body the group has no
-//! room for. Whatever Raft answers after a proposal (a redirect because leadership moved on, a
+//! stream creates (not creates whose body is staged in object storage, nor any create when the
+//! hot cap is 0: those go to Raft unchecked), a group it does not host (those and deletes), and
+//! a body the group has no room for. Whatever Raft answers after a proposal (a redirect because leadership moved on, a
 //! timeout, a refusal by the state machine) is unmarked: the write may still commit.
 
 use http::Method;
@@ -22,8 +23,11 @@ pub enum LeaderCheck {
     Unchecked,
 }
 
-pub fn leader_check(target: &Target, method: &Method) -> LeaderCheck {
+/// `staged_create`: a create whose body is staged in object storage, or any create on a node
+/// whose hot cap is 0. The node hands those to Raft unchecked, as the spec says.
+pub fn leader_check(target: &Target, method: &Method, staged_create: bool) -> LeaderCheck {
     match (target, method) {
+        (Target::Stream(_), &Method::PUT) if staged_create => LeaderCheck::Unchecked,
         (Target::Stream(_), &Method::POST | &Method::PUT) => LeaderCheck::Marked,
         (Target::Stream(_), &Method::DELETE) => LeaderCheck::Unchecked,
         _ => LeaderCheck::Unmarked,
@@ -65,7 +69,7 @@ mod tests {
 
     fn step() -> impl Strategy<Value = Step> {
         prop_oneof![
-            4 => (0..3usize, 0..6usize).prop_map(|(at, kind)| Step::Write { at, kind }),
+            4 => (0..3usize, 0..7usize).prop_map(|(at, kind)| Step::Write { at, kind }),
             2 => (0..3usize, any::<bool>())
                 .prop_map(|(to, keeps_uncommitted)| Step::Elect { to, keeps_uncommitted }),
             2 => Just(Step::Commit),
@@ -84,10 +88,12 @@ mod tests {
                 Target::Snapshot(StreamPath::new("model", "s"), "-1".into()),
                 Method::PUT,
             ),
-            _ => (
+            5 => (
                 Target::Retention(StreamPath::new("model", "s"), "-1".into()),
                 Method::PUT,
             ),
+            // A create whose body is staged in object storage.
+            _ => (stream, Method::PUT),
         }
     }
 
@@ -123,13 +129,14 @@ mod tests {
                     }
                     Step::Write { at, kind } => {
                         let (target, method) = request(kind);
+                        let staged_create = kind == 6;
                         let answer: Result<(), ApiError> = (|| {
                             if std::mem::take(&mut pressure) {
                                 return Err(ApiError::new(ErrorToken::WalDiskPressure, "full")
                                     .marked_if_unproposed());
                             }
                             let believes_it_leads = believed[at] == Some(at);
-                            match leader_check(&target, &method) {
+                            match leader_check(&target, &method, staged_create) {
                                 LeaderCheck::Marked if !believes_it_leads => {
                                     return Err(ApiError::not_leader(believed[at].map(|l| l as u64))
                                         .marked_if_unproposed());

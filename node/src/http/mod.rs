@@ -252,7 +252,12 @@ async fn write(
     // Leadership is checked before anything is proposed (see `marking`), once the body is in:
     // a client still sending a large body to a node that answered early gets a broken pipe
     // instead of the redirect.
-    match marking::leader_check(&target, &parts.method) {
+    let staged_create = parts.method == Method::PUT
+        && matches!(target, Target::Stream(_))
+        && app
+            .engine(target.bucket())
+            .is_ok_and(|engine| engine.stages_everything() || engine.stages(body.len() as u64));
+    match marking::leader_check(&target, &parts.method, staged_create) {
         LeaderCheck::Marked => app
             .require_leader(target.bucket())
             .map_err(ApiError::marked_if_unproposed)?,

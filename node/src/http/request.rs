@@ -252,10 +252,10 @@ pub fn json_payload(body: &[u8]) -> Result<Option<Payload>, ApiError> {
     let value: &RawValue = serde_json::from_str(text).map_err(|e| invalid(&e))?;
     let raw = value.get().trim();
     if !raw.starts_with('[') {
-        return Ok(Some(Payload {
-            bytes: Bytes::copy_from_slice(raw.as_bytes()),
-            messages: 1,
-        }));
+        return Ok(Some(Payload::inline(
+            Bytes::copy_from_slice(raw.as_bytes()),
+            1,
+        )));
     }
     let items: Vec<&RawValue> = serde_json::from_str(raw).map_err(|e| invalid(&e))?;
     if items.is_empty() {
@@ -272,10 +272,7 @@ pub fn join_messages(items: &[&RawValue]) -> Payload {
         }
         bytes.extend_from_slice(item.get().trim().as_bytes());
     }
-    Payload {
-        bytes: bytes.into(),
-        messages: items.len() as u32,
-    }
+    Payload::inline(bytes.into(), items.len() as u32)
 }
 
 #[cfg(test)]

@@ -113,13 +113,18 @@ impl Machine {
         };
         let meta = &mut state.meta;
         let mut effects = Vec::with_capacity(4);
+        let mut staged = None;
         if let Some(payload) = cmd.payload {
-            effects.push(Effect::PutRecord {
-                stream_id: id,
-                offset: meta.tail,
-                bytes: payload.bytes.clone(),
-            });
-            meta.tail += payload.bytes.len() as u64;
+            let len = payload.len();
+            match payload.staged {
+                Some(body) => staged = Some((meta.tail, body)),
+                None => effects.push(Effect::PutRecord {
+                    stream_id: id,
+                    offset: meta.tail,
+                    bytes: payload.bytes.clone(),
+                }),
+            }
+            meta.tail += len;
         }
         if cmd.close {
             meta.closed = true;
@@ -156,6 +161,9 @@ impl Machine {
         };
         let wrote_record = !effects.is_empty() && matches!(effects[0], Effect::PutRecord { .. });
         self.effects.extend(effects);
+        if let Some((offset, body)) = staged {
+            self.add_staged(id, offset, body.len, &body.key);
+        }
         if wrote_record {
             // The batch's end writes the stream's metadata once for all its appends.
             self.defer_meta(id);

@@ -14,6 +14,36 @@ use super::stream::{ExpiresAt, StreamPath};
 pub struct Payload {
     pub bytes: Bytes,
     pub messages: u32,
+    /// A body the node staged in object storage before proposing it; `bytes` is then empty.
+    pub staged: Option<StagedBody>,
+}
+
+/// A body in a cold object of its own (`runtime.external_payload_min_size`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StagedBody {
+    pub key: String,
+    pub len: u64,
+}
+
+impl Payload {
+    pub fn inline(bytes: Bytes, messages: u32) -> Self {
+        Self {
+            bytes,
+            messages,
+            staged: None,
+        }
+    }
+
+    /// Bytes it adds to the stream.
+    pub fn len(&self) -> u64 {
+        self.staged
+            .as_ref()
+            .map_or(self.bytes.len() as u64, |staged| staged.len)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// The idempotent-producer triple of an append.
@@ -77,7 +107,8 @@ pub struct PublishSnapshot {
 }
 
 impl Command {
-    /// Bytes of data the command carries (an append's or a create's body).
+    /// Bytes of data the command carries in the log (an append's or a create's body; a staged
+    /// body is in object storage and carries none).
     pub fn body_len(&self) -> u64 {
         match self {
             Self::Create(create) => create.initial.as_ref().map_or(0, |p| p.bytes.len() as u64),

@@ -96,17 +96,21 @@ impl Machine {
             meta.retained_from = 0;
         }
         let partial = fork.and_then(|point| point.partial);
+        let mut staged = None;
         for payload in [partial, cmd.initial].into_iter().flatten() {
-            if payload.bytes.is_empty() {
+            if payload.is_empty() {
                 continue;
             }
             let offset = meta.tail;
-            meta.tail += payload.bytes.len() as u64;
-            self.emit(Effect::PutRecord {
-                stream_id: id,
-                offset,
-                bytes: payload.bytes,
-            });
+            meta.tail += payload.len();
+            match payload.staged {
+                Some(body) => staged = Some((offset, body)),
+                None => self.emit(Effect::PutRecord {
+                    stream_id: id,
+                    offset,
+                    bytes: payload.bytes,
+                }),
+            }
         }
         if let Some(origin) = meta.fork
             && let Some(source) = self.streams.get_mut(&origin.source_id)
@@ -117,9 +121,13 @@ impl Machine {
         self.insert_stream(StreamState {
             meta,
             producers: HashMap::new(),
-            cold_until: 0,
+            cold: Default::default(),
         });
         self.emit_meta(id);
+        // After the stream's metadata: readers learn of the stream, then of its segment.
+        if let Some((offset, body)) = staged {
+            self.add_staged(id, offset, body.len, &body.key);
+        }
         Ok(Outcome::StreamCreated {
             created: true,
             meta: Box::new(self.streams[&id].meta.clone()),

@@ -155,6 +155,8 @@ impl Machine {
             });
         }
         meta.retained_from = offset;
+        state.cold.retain(|_, until| *until > offset);
+        let meta = &mut state.meta;
         let dropped: Vec<u64> = meta.snapshots.range(..offset).map(|(at, _)| *at).collect();
         for at in &dropped {
             meta.snapshots.remove(at);

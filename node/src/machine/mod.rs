@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 pub use command::{
     AppendStream, ColdFlush, Command, CreateStream, ForkSpec, PartialRecord, Payload,
-    ProducerClaim, PublishSnapshot,
+    ProducerClaim, PublishSnapshot, StagedBody,
 };
 pub use effect::{BucketState, Effect};
 pub use outcome::{AppendOutcome, Outcome, ProducerAck, Refusal};
@@ -48,8 +48,8 @@ impl Default for Limits {
 pub struct StreamState {
     pub meta: StreamMeta,
     pub producers: HashMap<String, ProducerState>,
-    /// Records below this offset are in cold segments (0: none are).
-    pub cold_until: u64,
+    /// Its cold segments: first offset to end offset.
+    pub cold: BTreeMap<u64, u64>,
 }
 
 /// The answer to one command and the storage writes it needs.

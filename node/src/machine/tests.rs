@@ -14,10 +14,7 @@ fn path(name: &str) -> StreamPath {
 }
 
 fn payload(text: &str) -> Payload {
-    Payload {
-        bytes: Bytes::copy_from_slice(text.as_bytes()),
-        messages: 1,
-    }
+    Payload::inline(Bytes::copy_from_slice(text.as_bytes()), 1)
 }
 
 fn create(name: &str) -> CreateStream {
@@ -411,7 +408,7 @@ fn a_cold_flush_applies_only_from_the_first_local_offset() {
             },
         ]
     );
-    assert_eq!(m.stream(id).unwrap().cold_until, 6);
+    assert_eq!(m.stream(id).unwrap().cold, [(0, 6)].into());
     // The same flush again (a leader retrying after a lost answer) changes nothing.
     assert_eq!(accepted(&mut m, 0, 6), (false, vec![]));
     // Past the tail: refused. An object read before the last flush applied, overlapping the
@@ -538,12 +535,11 @@ impl StoreModel {
                     StreamState {
                         meta: meta.clone(),
                         producers: HashMap::new(),
-                        cold_until: self
+                        cold: self
                             .cold
                             .range((meta.id, 0)..=(meta.id, u64::MAX))
-                            .map(|(_, until)| *until)
-                            .max()
-                            .unwrap_or(0),
+                            .map(|((_, from), until)| (*from, *until))
+                            .collect(),
                     },
                 )
             })
@@ -626,11 +622,31 @@ fn arb_command() -> impl Strategy<Value = Command> {
         }),
         at.clone()
             .prop_map(|dt| Command::ExpireDue { now_ms: T0 + dt }),
-        (name, 0u64..12, at).prop_map(|(n, offset, dt)| Command::AdvanceRetention {
-            path: path(n),
-            offset,
-            now_ms: T0 + dt
+        (name.clone(), 0u64..12, at.clone()).prop_map(|(n, offset, dt)| {
+            Command::AdvanceRetention {
+                path: path(n),
+                offset,
+                now_ms: T0 + dt,
+            }
         }),
+        (name.clone(), 1u64..9, at.clone()).prop_map(|(n, len, dt)| Command::Append(
+            AppendStream {
+                path: path(n),
+                content_type: Some("text/plain".into()),
+                payload: Some(Payload {
+                    bytes: Bytes::new(),
+                    messages: 1,
+                    staged: Some(StagedBody {
+                        key: format!("staged/{n}/{len}/{dt}"),
+                        len,
+                    }),
+                }),
+                close: false,
+                stream_seq: None,
+                producer: None,
+                now_ms: T0 + dt,
+            }
+        )),
         (1u64..8, 0u64..12, 1u64..14).prop_map(|(stream_id, first, len)| Command::ColdFlush(
             ColdFlush {
                 stream_id,
@@ -662,17 +678,30 @@ proptest! {
             store.write(&applied.effects);
             prop_assert_eq!(&store.restore(limits), &m);
         }
-        // Every live stream's own records tile its range up to the tail, without gaps.
+        // Every live stream's own records and cold segments tile its range up to the tail,
+        // without gaps (a record a flush cut through stays local, overlapping its segment).
         for state in m.streams() {
             let meta = &state.meta;
-            let mut pos = None;
-            for ((_, start), bytes) in store.records.range((meta.id, 0)..=(meta.id, u64::MAX)) {
-                if let Some(pos) = pos {
-                    prop_assert_eq!(*start, pos);
+            let mut pieces: Vec<(u64, u64)> = store
+                .records
+                .range((meta.id, 0)..=(meta.id, u64::MAX))
+                .map(|((_, start), bytes)| (*start, start + bytes.len() as u64))
+                .chain(
+                    store
+                        .cold
+                        .range((meta.id, 0)..=(meta.id, u64::MAX))
+                        .map(|((_, from), until)| (*from, *until)),
+                )
+                .collect();
+            pieces.sort_unstable();
+            let mut end = None;
+            for (start, until) in pieces {
+                if let Some(end) = end {
+                    prop_assert!(start <= end, "a gap from {} to {}", end, start);
                 }
-                pos = Some(start + bytes.len() as u64);
+                end = Some(end.map_or(until, |e: u64| e.max(until)));
             }
-            if let Some(end) = pos {
+            if let Some(end) = end {
                 prop_assert_eq!(end, meta.tail);
             }
             // Cold segments never overlap, and end where local records begin.
@@ -684,7 +713,7 @@ proptest! {
                 prop_assert!(until > from);
                 cold_end = Some(*until);
             }
-            prop_assert_eq!(cold_end.unwrap_or(0), state.cold_until);
+            prop_assert!(cold_end.unwrap_or(0) <= meta.tail);
         }
     }
 

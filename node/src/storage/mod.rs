@@ -69,6 +69,12 @@ redb_errors!(
     redb::SetDurabilityError
 );
 
+impl crate::machine::cold::SegmentEnd for ColdSegment {
+    fn until(&self) -> u64 {
+        self.until
+    }
+}
+
 /// One record: its start offset and its bytes.
 pub type Record = (u64, Bytes);
 
@@ -127,7 +133,7 @@ impl Store {
                 StreamState {
                     meta,
                     producers: Default::default(),
-                    cold_until: 0,
+                    cold: Default::default(),
                 },
             );
         }
@@ -141,10 +147,10 @@ impl Store {
         }
         for entry in txn.open_table(COLD)?.iter()? {
             let (key, value) = entry?;
-            let (stream_id, _) = key.value();
+            let (stream_id, from) = key.value();
             let (until, _, _) = codec::decode_cold(value.value())?;
             if let Some(state) = streams.get_mut(&stream_id) {
-                state.cold_until = state.cold_until.max(until);
+                state.cold.insert(from, until);
             }
         }
         let machine = Machine::restore(limits, next_id, buckets, streams.into_values());

@@ -26,6 +26,7 @@ pub async fn handle(
     let producer = request::producer(headers)?;
     let stream_seq = request::header(headers, headers::STREAM_SEQ)?.map(str::to_owned);
     let requested_type = content_type(headers)?;
+    let body_len = body.len() as u64;
 
     let payload = if body.is_empty() {
         if !close {
@@ -50,14 +51,13 @@ pub async fn handle(
                 )
             })?)
         } else {
-            Some(Payload {
-                bytes: body,
-                messages: 1,
-            })
+            Some(Payload::inline(body, 1))
         }
     };
     let wrote_data = payload.is_some();
     let engine = app.engine(&path.bucket)?.clone();
+    let payload = super::stage_if_large(&engine, payload, body_len).await?;
+    let staged = super::staged_key(payload.as_ref());
     let command = Command::Append(AppendStream {
         path,
         content_type: requested_type,
@@ -67,7 +67,7 @@ pub async fn handle(
         producer,
         now_ms: now_ms(),
     });
-    let Outcome::Appended(outcome) = engine.propose(command).await? else {
+    let Outcome::Appended(outcome) = super::propose_staged(&engine, command, staged).await? else {
         return Err(ApiError::new(
             ErrorToken::Internal,
             "unexpected outcome of an append",

@@ -49,18 +49,18 @@ pub async fn handle(
         (None, Some((_, source_type))) => source_type.clone(),
         (None, None) => DEFAULT_CONTENT_TYPE.to_owned(),
     };
+    let body_len = body.len() as u64;
     let initial = if body.is_empty() {
         None
     } else if is_json_content_type(&effective_type) {
         request::json_payload(&body)?
     } else {
-        Some(Payload {
-            bytes: body,
-            messages: 1,
-        })
+        Some(Payload::inline(body, 1))
     };
 
     let engine = app.engine(&path.bucket)?.clone();
+    let initial = super::stage_if_large(&engine, initial, body_len).await?;
+    let staged = super::staged_key(initial.as_ref());
     let command = Command::Create(CreateStream {
         path,
         content_type: requested_type,
@@ -71,7 +71,9 @@ pub async fn handle(
         fork: fork.map(|(spec, _)| spec),
         now_ms: now,
     });
-    let Outcome::StreamCreated { created, meta } = engine.propose(command).await? else {
+    let Outcome::StreamCreated { created, meta } =
+        super::propose_staged(&engine, command, staged).await?
+    else {
         return Err(ApiError::new(
             ErrorToken::Internal,
             "unexpected outcome of a create",
@@ -214,10 +216,7 @@ async fn prepare_fork(
                 fork.sub_offset
             )));
         }
-        Payload {
-            bytes: message.bytes.slice(..fork.sub_offset as usize),
-            messages: 1,
-        }
+        Payload::inline(message.bytes.slice(..fork.sub_offset as usize), 1)
     };
     spec.partial = Some(PartialRecord {
         source_id: meta.id,

@@ -15,8 +15,8 @@ use ursula_wire::ErrorToken;
 
 use super::App;
 use super::error::ApiError;
-use crate::engine::{Lookup, StreamHandle};
-use crate::machine::{BucketState, Refusal, StreamMeta, StreamPath};
+use crate::engine::{Engine, EngineError, Lookup, StreamHandle};
+use crate::machine::{BucketState, Command, Outcome, Payload, Refusal, StreamMeta, StreamPath};
 
 /// The live stream at `path` for a read, or the refusal a reader gets.
 pub fn live_stream(
@@ -36,6 +36,41 @@ pub fn live_stream(
         Lookup::Deleted => Err(Refusal::StreamDeleted(path.to_string()).into()),
         Lookup::Missing => Err(Refusal::StreamNotFound(path.to_string()).into()),
     }
+}
+
+/// Stages a body of `body_len` bytes in object storage when the node's cold tier says so
+/// (`runtime.external_payload_min_size`); the payload then names its object.
+pub async fn stage_if_large(
+    engine: &Engine,
+    payload: Option<Payload>,
+    body_len: u64,
+) -> Result<Option<Payload>, ApiError> {
+    match payload {
+        Some(payload) if engine.stages(body_len) => Ok(Some(engine.stage(payload).await?)),
+        other => Ok(other),
+    }
+}
+
+pub fn staged_key(payload: Option<&Payload>) -> Option<String> {
+    payload
+        .and_then(|payload| payload.staged.as_ref())
+        .map(|staged| staged.key.clone())
+}
+
+/// Proposes a write; after a refusal that proves nothing was proposed, its staged body (if
+/// any) is deleted.
+pub async fn propose_staged(
+    engine: &Engine,
+    command: Command,
+    staged: Option<String>,
+) -> Result<Outcome, EngineError> {
+    let result = engine.propose(command).await;
+    if let (Err(error), Some(key)) = (&result, staged)
+        && error.is_before_proposal()
+    {
+        engine.discard_staged(key);
+    }
+    result
 }
 
 /// The request's content type, if it sent a non-empty one.
