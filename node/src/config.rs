@@ -463,7 +463,7 @@ impl Config {
     /// The largest create or append body that is not staged in object storage.
     pub fn largest_inline_body(&self) -> u64 {
         match self.runtime.external_payload_min_size {
-            Some(min) => (min - 1).min(self.server.max_append_size),
+            Some(min) => min.saturating_sub(1).min(self.server.max_append_size),
             None => self.server.max_append_size,
         }
     }

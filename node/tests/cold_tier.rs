@@ -301,7 +301,11 @@ async fn large_bodies_are_staged_in_object_storage_and_read_back() {
     let reply = client.put("/bkt/s", &[TEXT], first.clone()).await;
     assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text());
     let mut expected = first.into_bytes();
+    let mut large_at = Vec::new();
     for i in 0..120 {
+        if i % 40 == 20 {
+            large_at.push(expected.len());
+        }
         let record = if i % 40 == 20 {
             format!("large {i} {}\n", "L".repeat(5000))
         } else {
@@ -320,13 +324,32 @@ async fn large_bodies_are_staged_in_object_storage_and_read_back() {
         .await;
     assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.text());
 
+    // A fork cut 2,000 bytes into a staged record: that part is staged too.
+    let at = large_at[1];
+    let fork_offset = ursula_node::offset::format(at as u64);
+    let reply = client
+        .put(
+            "/bkt/f",
+            &[
+                TEXT,
+                ("stream-forked-from", "/bkt/s"),
+                ("stream-fork-offset", &fork_offset),
+                ("stream-fork-sub-offset", "2000"),
+            ],
+            "",
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text());
+    let (forked, _) = client.read_all("/bkt/f").await;
+    assert_eq!(forked, expected[..at + 2000]);
+
     let staged = s3.keys("ursula-staged", "st/g0/staged/").await;
     assert_eq!(
         staged.len(),
-        5,
-        "a create, three appends and a JSON batch: {staged:?}"
+        6,
+        "a create, three appends, a JSON batch, a fork's part: {staged:?}"
     );
-    assert_eq!(metric(&node.admin, "ursula_staged_bodies_total ").await, 5);
+    assert_eq!(metric(&node.admin, "ursula_staged_bodies_total ").await, 6);
     wait_for("the small records to leave local disk", async || {
         metric(&node.admin, "ursula_group_local_record_bytes{group=\"0\"} ").await < 4096
     })

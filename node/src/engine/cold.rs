@@ -57,14 +57,6 @@ impl Engine {
         })
     }
 
-    /// Whether this node hands every create to Raft without checking leadership first (the
-    /// hot cap is 0: every body is staged).
-    pub fn stages_everything(&self) -> bool {
-        self.cold
-            .get()
-            .is_some_and(|cold| cold.store.config.max_hot_size_per_group == 0)
-    }
-
     /// Writes a body to an object of its own; the payload that is proposed names it. Nothing
     /// is proposed yet: an object whose write never commits is left to the sweep.
     pub async fn stage(&self, payload: Payload) -> Result<Payload, EngineError> {

@@ -256,7 +256,7 @@ async fn write(
         && matches!(target, Target::Stream(_))
         && app
             .engine(target.bucket())
-            .is_ok_and(|engine| engine.stages_everything() || engine.stages(body.len() as u64));
+            .is_ok_and(|engine| engine.stages(body.len() as u64));
     match marking::leader_check(&target, &parts.method, staged_create) {
         LeaderCheck::Marked => app
             .require_leader(target.bucket())

@@ -111,7 +111,14 @@ impl Command {
     /// body is in object storage and carries none).
     pub fn body_len(&self) -> u64 {
         match self {
-            Self::Create(create) => create.initial.as_ref().map_or(0, |p| p.bytes.len() as u64),
+            Self::Create(create) => {
+                let partial = create.fork.as_ref().and_then(|fork| fork.partial.as_ref());
+                [create.initial.as_ref(), partial.map(|p| &p.payload)]
+                    .into_iter()
+                    .flatten()
+                    .map(|p| p.bytes.len() as u64)
+                    .sum()
+            }
             Self::Append(append) => append.payload.as_ref().map_or(0, |p| p.bytes.len() as u64),
             _ => 0,
         }

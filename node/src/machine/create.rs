@@ -96,7 +96,7 @@ impl Machine {
             meta.retained_from = 0;
         }
         let partial = fork.and_then(|point| point.partial);
-        let mut staged = None;
+        let mut staged = Vec::new();
         for payload in [partial, cmd.initial].into_iter().flatten() {
             if payload.is_empty() {
                 continue;
@@ -104,7 +104,7 @@ impl Machine {
             let offset = meta.tail;
             meta.tail += payload.len();
             match payload.staged {
-                Some(body) => staged = Some((offset, body)),
+                Some(body) => staged.push((offset, body)),
                 None => self.emit(Effect::PutRecord {
                     stream_id: id,
                     offset,
@@ -125,7 +125,7 @@ impl Machine {
         });
         self.emit_meta(id);
         // After the stream's metadata: readers learn of the stream, then of its segment.
-        if let Some((offset, body)) = staged {
+        for (offset, body) in staged {
             self.add_staged(id, offset, body.len, &body.key);
         }
         Ok(Outcome::StreamCreated {

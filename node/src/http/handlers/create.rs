@@ -218,6 +218,12 @@ async fn prepare_fork(
         }
         Payload::inline(message.bytes.slice(..fork.sub_offset as usize), 1)
     };
+    // A part of a staged record can be as large: staged too, rather than sent through Raft.
+    let engine = app.engine(&meta.path.bucket)?;
+    let len = payload.bytes.len() as u64;
+    let payload = super::stage_if_large(engine, Some(payload), len)
+        .await?
+        .unwrap_or_else(|| Payload::inline(bytes::Bytes::new(), 0));
     spec.partial = Some(PartialRecord {
         source_id: meta.id,
         payload,
