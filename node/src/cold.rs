@@ -8,7 +8,7 @@
 //! can never delete the copy a segment refers to. Nothing but the sweep deletes objects, and it
 //! deletes only those no applied segment refers to.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -43,8 +43,12 @@ pub struct ColdStore {
     store: Arc<dyn ObjectStore>,
     prefix: String,
     cache: Mutex<SegmentCache>,
+    /// Fetches in progress: readers that want the same object at once share one GET.
+    fetching: Mutex<HashMap<String, Arc<FetchCell>>>,
     pub config: ColdConfig,
 }
+
+type FetchCell = tokio::sync::OnceCell<Arc<Vec<Record>>>;
 
 impl ColdStore {
     pub fn open(config: &ColdConfig) -> Result<Self, ColdError> {
@@ -92,6 +96,7 @@ impl ColdStore {
             store,
             prefix,
             cache: Mutex::new(SegmentCache::new(config.read_cache_size as usize)),
+            fetching: Mutex::new(HashMap::new()),
             config: config.clone(),
         })
     }
@@ -139,7 +144,8 @@ impl ColdStore {
     }
 
     /// The records of the segment `key`, which starts at `first`; recently read segments come
-    /// from memory. Also says whether it was fetched from object storage.
+    /// from memory, and readers that ask at once share one fetch. Also says whether this call
+    /// fetched it from object storage.
     pub async fn segment(
         &self,
         key: &str,
@@ -148,6 +154,35 @@ impl ColdStore {
         if let Some(records) = self.cache.lock().get(key) {
             return Ok((records, false));
         }
+        let cell = self
+            .fetching
+            .lock()
+            .entry(key.to_owned())
+            .or_default()
+            .clone();
+        let fetched = std::sync::atomic::AtomicBool::new(false);
+        let result = cell
+            .get_or_try_init(|| async {
+                fetched.store(true, std::sync::atomic::Ordering::Relaxed);
+                let (records, size) = self.fetch(key, first).await?;
+                // Cached before the fetch is forgotten, so that a later reader finds one or
+                // the other.
+                self.cache.lock().insert(key, records.clone(), size);
+                Ok::<_, ColdError>(records)
+            })
+            .await
+            .cloned();
+        {
+            let mut fetching = self.fetching.lock();
+            if fetching.get(key).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
+                fetching.remove(key);
+            }
+        }
+        Ok((result?, fetched.into_inner()))
+    }
+
+    /// One GET of a segment object, decoded; also its size.
+    async fn fetch(&self, key: &str, first: u64) -> Result<(Arc<Vec<Record>>, usize), ColdError> {
         let object = self.store.get(&Path::from(key)).await?.bytes().await?;
         let corrupt = |message: String| ColdError::Corrupt {
             key: key.to_owned(),
@@ -160,9 +195,7 @@ impl ColdStore {
         }
         let chunk: Bytes = object.slice(MAGIC.len()..);
         let records = Arc::new(decode_chunk(first, &chunk).map_err(|e| corrupt(e.to_string()))?);
-        let size = chunk.len();
-        self.cache.lock().insert(key, records.clone(), size);
-        Ok((records, true))
+        Ok((records, chunk.len()))
     }
 
     /// Every object under `group`'s prefix.
@@ -319,6 +352,31 @@ mod tests {
             ..config
         };
         assert!(matches!(ColdStore::open(&bad), Err(ColdError::Url(_))));
+    }
+
+    /// Readers that first ask for one object at the same time share one fetch.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_first_reads_share_one_fetch() {
+        let dir = tempfile::tempdir().unwrap();
+        let cold = Arc::new(local(dir.path()));
+        let key = cold.segment_key(0, 1, 0, 3);
+        cold.put_segment(&key, 0, &[(0, Bytes::from("abc"))])
+            .await
+            .unwrap();
+        let readers: Vec<_> = (0..8)
+            .map(|_| {
+                let (cold, key) = (cold.clone(), key.clone());
+                tokio::spawn(async move { cold.segment(&key, 0).await.unwrap() })
+            })
+            .collect();
+        let mut fetches = 0;
+        for reader in readers {
+            let (records, fetched) = reader.await.unwrap();
+            assert_eq!(records[0].1, Bytes::from("abc"));
+            fetches += usize::from(fetched);
+        }
+        assert_eq!(fetches, 1);
+        assert!(cold.fetching.lock().is_empty());
     }
 
     #[tokio::test]
