@@ -194,6 +194,16 @@ async fn busy_leader(cluster: &TestCluster, seed: u64) -> usize {
         .expect("the group has a leader")
 }
 
+/// Everything at once: only what is on disk (and in object storage) survives.
+fn kill_and_restart_every_voter(cluster: &TestCluster) {
+    for i in 0..3 {
+        cluster.kill(i);
+    }
+    for i in 0..3 {
+        cluster.restart(i);
+    }
+}
+
 async fn blocking(cluster: &TestCluster, action: impl FnOnce(&TestCluster)) {
     tokio::task::block_in_place(|| action(cluster));
 }
@@ -231,15 +241,7 @@ fn sigkill_with_a_cold_tier_loses_no_acknowledged_append() {
             tokio::time::sleep(Duration::from_millis(1200)).await;
             blocking(cluster, |c| c.restart(leader)).await;
             tokio::time::sleep(Duration::from_millis(400)).await;
-            blocking(cluster, |c| {
-                for i in 0..3 {
-                    c.kill(i);
-                }
-                for i in 0..3 {
-                    c.restart(i);
-                }
-            })
-            .await;
+            blocking(cluster, kill_and_restart_every_voter).await;
         });
     }
     let objects = runtime().block_on(s3.keys("ursula-faults", "faults/"));
@@ -264,16 +266,7 @@ fn sigkill_of_a_follower_and_of_every_voter() {
             tokio::time::sleep(Duration::from_millis(800)).await;
             blocking(cluster, |c| c.restart(follower)).await;
             tokio::time::sleep(Duration::from_millis(400)).await;
-            // Everything at once: only what is on disk survives.
-            blocking(cluster, |c| {
-                for i in 0..3 {
-                    c.kill(i);
-                }
-                for i in 0..3 {
-                    c.restart(i);
-                }
-            })
-            .await;
+            blocking(cluster, kill_and_restart_every_voter).await;
         });
     }
 }

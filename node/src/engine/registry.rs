@@ -382,18 +382,44 @@ impl Registry {
         }
     }
 
-    fn cached_record(put_record: &Effect, seq: u64) -> CachedRecord {
-        match put_record {
-            Effect::PutRecord { offset, bytes, .. } => CachedRecord {
-                offset: *offset,
-                bytes: bytes.clone(),
-                seq,
-            },
-            _ => CachedRecord {
-                offset: 0,
-                bytes: Bytes::new(),
-                seq,
-            },
+    /// What a stream gains before its new metadata is published: a record for the tail cache,
+    /// or a cold segment.
+    fn add_data(&self, handle: &StreamHandle, effect: &Effect, seq: u64) {
+        match effect {
+            Effect::PutRecord { offset, bytes, .. } => {
+                let record = CachedRecord {
+                    offset: *offset,
+                    bytes: bytes.clone(),
+                    seq,
+                };
+                handle.push_cached(record, self);
+            }
+            Effect::PutColdSegment {
+                from,
+                until,
+                first,
+                key,
+                ..
+            } => {
+                let segment = ColdSegment {
+                    from: *from,
+                    until: *until,
+                    first: *first,
+                    key: key.clone(),
+                };
+                handle.cold.write().insert(*from, segment);
+            }
+            _ => {}
+        }
+    }
+
+    /// The stream a record or cold segment belongs to.
+    fn data_stream(effect: &Effect) -> Option<u64> {
+        match effect {
+            Effect::PutRecord { stream_id, .. } | Effect::PutColdSegment { stream_id, .. } => {
+                Some(*stream_id)
+            }
+            _ => None,
         }
     }
 
@@ -403,16 +429,16 @@ impl Registry {
         let mut changed: Vec<Arc<StreamHandle>> = Vec::new();
         {
             let mut maps = self.maps.write();
-            // Records before metadata: a reader holds a stream's handle without the lock, and
-            // one that sees a new tail must find the records up to it in the cache.
+            // Records and cold segments before metadata: a reader holds a stream's handle
+            // without the lock, and one that sees a new tail must find what lies below it.
             for effect in effects {
-                if let Effect::PutRecord { stream_id, .. } = effect
-                    && let Some(handle) = maps.by_id.get(stream_id)
+                if let Some(stream_id) = Self::data_stream(effect)
+                    && let Some(handle) = maps.by_id.get(&stream_id)
                 {
-                    handle.push_cached(Self::cached_record(effect, seq), self);
+                    self.add_data(handle, effect, seq);
                 }
             }
-            // Streams this batch creates (their records are cached below).
+            // Streams this batch creates (their records and segments are added below).
             let mut created = Vec::new();
             for effect in effects {
                 match effect {
@@ -451,23 +477,6 @@ impl Registry {
                     Effect::PutBucket { bucket, state } => {
                         maps.buckets.insert(bucket.clone(), state.clone());
                     }
-                    Effect::PutColdSegment {
-                        stream_id,
-                        from,
-                        until,
-                        first,
-                        key,
-                    } => {
-                        if let Some(handle) = maps.by_id.get(stream_id) {
-                            let segment = ColdSegment {
-                                from: *from,
-                                until: *until,
-                                first: *first,
-                                key: key.clone(),
-                            };
-                            handle.cold.write().insert(*from, segment);
-                        }
-                    }
                     Effect::DeleteRecordsBelow { stream_id, offset } => {
                         if let Some(handle) = maps.by_id.get(stream_id) {
                             handle
@@ -479,14 +488,14 @@ impl Registry {
                     _ => {}
                 }
             }
-            // The streams created by this batch get their records last: nobody can look them
-            // up before the lock is released.
+            // The streams created by this batch get their records and segments last: nobody
+            // can look them up before the lock is released.
             for effect in effects.iter().filter(|_| !created.is_empty()) {
-                if let Effect::PutRecord { stream_id, .. } = effect
-                    && created.contains(stream_id)
-                    && let Some(handle) = maps.by_id.get(stream_id)
+                if let Some(stream_id) = Self::data_stream(effect)
+                    && created.contains(&stream_id)
+                    && let Some(handle) = maps.by_id.get(&stream_id)
                 {
-                    handle.push_cached(Self::cached_record(effect, seq), self);
+                    self.add_data(handle, effect, seq);
                 }
             }
         }

@@ -124,7 +124,7 @@ impl Machine {
             cold: Default::default(),
         });
         self.emit_meta(id);
-        // After the stream's metadata: readers learn of the stream, then of its segment.
+        // Once the stream is in `streams`, so that its state records the segments too.
         for (offset, body) in staged {
             self.add_staged(id, offset, body.len, &body.key);
         }

@@ -68,8 +68,7 @@ impl S3Server {
         reply
             .text()
             .split("<Key>")
-            .skip(1)
-            .filter_map(|rest| rest.split("</Key>").next().map(str::to_owned))
+            .filter_map(|part| part.split_once("</Key>").map(|(key, _)| key.to_owned()))
             .collect()
     }
 
