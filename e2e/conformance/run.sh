@@ -9,15 +9,20 @@
 #                   compatibility bucket's group (fetch follows its 307s to the leader)
 #   --via-gateway   put ursula-gateway in front of the node (or of all 3 voters, with
 #                   --cluster) and run the suite through it
+#   --slow          a slow machine (with --cluster): each voter runs in its own CPU cgroup
+#                   (e2e/slow/throttle.sh) and with a slow disk (e2e/slow/slow_fsync.c); after
+#                   the suite, every voter's request latencies are checked against the deadline
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 via_gateway=0
 cluster=0
+slow=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --via-gateway) via_gateway=1; shift ;;
     --cluster) cluster=1; shift ;;
+    --slow) slow=1; shift ;;
     *) break ;;
   esac
 done
@@ -34,7 +39,10 @@ fi
 
 data="$(mktemp -d)"
 pids=()
-trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$data"' EXIT
+# CONFORMANCE_LOGS=DIR keeps the processes' logs there.
+trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true
+  [ -n "${CONFORMANCE_LOGS:-}" ] && mkdir -p "$CONFORMANCE_LOGS" && cp "$data"/*.log "$CONFORMANCE_LOGS"/ 2>/dev/null
+  rm -rf "$data"' EXIT
 
 # Waits for "<name> serving client=ADDR" in a log and prints ADDR.
 serving_addr() {
@@ -84,8 +92,13 @@ if [ "$cluster" = 1 ]; then
     peers+="[[raft.peers]]\nid = $id\ncluster_url = \"http://127.0.0.1:$(port $id 2)\"\nclient_url = \"http://127.0.0.1:$(port $id 0)\"\n"
   done
   for id in 1 2 3; do
-    printf "node_id = $id\n[server]\nlisten = \"127.0.0.1:$(port $id 0)\"\nadmin_listen = \"127.0.0.1:$(port $id 1)\"\ncluster_listen = \"127.0.0.1:$(port $id 2)\"\nlong_poll_timeout = \"500ms\"\n[raft]\nelection_timeout = \"500ms\"\n$peers$limits" >"$data/node-$id.toml"
-    "$node_bin" --config "$data/node-$id.toml" --data-dir "$data/node-$id" 2>"$data/node-$id.log" &
+    # Raft timeouts and the request deadline are the product's defaults. The long-poll
+    # timeout is shorter than the default 20 s because the suite waits out long-polls that
+    # see no data, and some of its tests allow less than 20 s for that.
+    printf "node_id = $id\n[server]\nlisten = \"127.0.0.1:$(port $id 0)\"\nadmin_listen = \"127.0.0.1:$(port $id 1)\"\ncluster_listen = \"127.0.0.1:$(port $id 2)\"\nlong_poll_timeout = \"500ms\"\n$peers$limits" >"$data/node-$id.toml"
+    launch=()
+    [ "$slow" = 1 ] && launch=("$root/e2e/slow/exec.sh" "conformance-$$-$id")
+    "${launch[@]}" "$node_bin" --config "$data/node-$id.toml" --data-dir "$data/node-$id" 2>"$data/node-$id.log" &
     pids+=($!)
   done
   for id in 1 2 3; do
@@ -131,6 +144,7 @@ if [ "$via_gateway" = 1 ]; then
   echo "conformance: through ursula-gateway at http://$addr"
 fi
 status=0
+started=$(date +%s)
 CONFORMANCE_TEST_URL="http://$addr" npx vitest run --reporter=default \
   --reporter=json --outputFile="$data/results.json" || status=$?
 node -e '
@@ -142,4 +156,39 @@ node -e '
     process.exit(1);
   }
 ' "$data/results.json" "$expected" || status=1
+if [ "$cluster" = 1 ]; then
+  # What a slow machine must not break: every request answered within the node's deadline
+  # (server.request_timeout, 5 s by default; 1 s more for reading a body and writing the
+  # answer), and quiet logs.
+  minutes="$(awk -v s="$(( $(date +%s) - started ))" 'BEGIN { printf "%.2f", (s < 1 ? 1 : s) / 60 }')"
+  for id in 1 2 3; do
+    curl -s "http://127.0.0.1:$(port $id 1)/metrics" >"$data/metrics-$id.txt" || true
+  done
+  node -e '
+    const fs = require("fs");
+    const [dir, minutes, deadline] = [process.argv[1], Number(process.argv[2]), Number(process.argv[3])];
+    let failed = false;
+    const buckets = new Map();
+    let count = 0, max = 0;
+    for (const id of [1, 2, 3]) {
+      const text = fs.readFileSync(`${dir}/metrics-${id}.txt`, "utf8");
+      for (const line of text.split("\n")) {
+        let m = line.match(/^ursula_http_request_seconds_bucket\{le="([^"]+)"\} (\d+)/);
+        if (m && m[1] !== "+Inf") buckets.set(Number(m[1]), (buckets.get(Number(m[1])) || 0) + Number(m[2]));
+        m = line.match(/^ursula_http_request_seconds_count (\d+)/);
+        if (m) count += Number(m[1]);
+        m = line.match(/^ursula_http_request_seconds_max (\S+)/);
+        if (m) max = Math.max(max, Number(m[1]));
+      }
+      const lines = fs.readFileSync(`${dir}/node-${id}.log`, "utf8").split("\n").filter(Boolean);
+      const errors = lines.filter((l) => / ERROR /.test(l)).length;
+      console.log(`conformance: voter ${id} logged ${(lines.length / minutes).toFixed(1)} lines/min (${lines.length} lines, ${errors} at ERROR, over ${minutes} min)`);
+    }
+    const p99 = [...buckets.entries()].sort((a, b) => a[0] - b[0]).find(([, n]) => n >= 0.99 * count);
+    console.log(`conformance: ${count} requests on the voters (live reads not counted): p99 <= ${p99 ? p99[0] * 1000 : "?"} ms, max ${(max * 1000).toFixed(1)} ms`);
+    if (count === 0) { console.error("conformance: the voters counted no requests"); failed = true; }
+    if (max > deadline + 1) { console.error(`conformance: a request took ${max.toFixed(2)} s, past the ${deadline} s deadline`); failed = true; }
+    process.exit(failed ? 1 : 0);
+  ' "$data" "$minutes" 5 || status=1
+fi
 exit $status

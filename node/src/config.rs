@@ -60,6 +60,12 @@ pub struct ServerConfig {
     /// On SIGTERM, how long requests in flight may take to finish.
     #[serde(deserialize_with = "duration")]
     pub shutdown_grace: Duration,
+    /// How long a request may wait on the node once its body is in: for its write to be
+    /// proposed, replicated and applied, or for a read's data. Past it the client gets 503
+    /// `RequestTimeout` with `Retry-After: 1` (never marked: the write may still apply).
+    /// Long-polls and SSE keep their own durations.
+    #[serde(deserialize_with = "duration")]
+    pub request_timeout: Duration,
 }
 
 /// The node's log. A single node's log is its write-ahead log; the keys keep the names they
@@ -82,6 +88,12 @@ pub struct RaftConfig {
     /// campaigns.
     #[serde(deserialize_with = "duration")]
     pub election_timeout: Duration,
+    /// How long a leader waits for a follower to answer an AppendEntries (heartbeats and
+    /// entries, fsync included) before it sends again. Default: half the election timeout.
+    /// It must cover a slow disk's fsync stall and a large entry's transfer; it is kept below
+    /// the election timeout so that a follower is heard from again before it would campaign.
+    #[serde(deserialize_with = "optional_duration")]
+    pub rpc_timeout: Option<Duration>,
     /// A group snapshots its state, and purges its log behind it, after this many entries.
     pub snapshot_entries: u64,
     /// Entries kept behind a snapshot, so that briefly lagging followers catch up from the log.
@@ -138,11 +150,19 @@ impl Default for RaftConfig {
             peers: Vec::new(),
             heartbeat_interval: Duration::from_millis(100),
             election_timeout: Duration::from_millis(1000),
+            rpc_timeout: None,
             snapshot_entries: 20_000,
             entries_kept_after_snapshot: 1_000,
             max_uncommitted_size_per_group: 64 * 1024 * 1024,
             group_voters: Vec::new(),
         }
+    }
+}
+
+impl RaftConfig {
+    /// `rpc_timeout`, or its default: half the election timeout.
+    pub fn rpc_timeout(&self) -> Duration {
+        self.rpc_timeout.unwrap_or(self.election_timeout / 2)
     }
 }
 
@@ -263,6 +283,7 @@ impl Default for ServerConfig {
             sse_max_duration: Duration::from_secs(60),
             http_inflight_body_size: 256 * 1024 * 1024,
             shutdown_grace: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -281,6 +302,12 @@ impl Default for StorageConfig {
 fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
     let text = String::deserialize(deserializer)?;
     parse_duration(&text).map_err(serde::de::Error::custom)
+}
+
+fn optional_duration<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Duration>, D::Error> {
+    duration(deserializer).map(Some)
 }
 
 /// `500ms`, `20s`, `7d`, …
@@ -399,6 +426,17 @@ impl Config {
                 message: "must be at least three heartbeat intervals".into(),
             });
         }
+        let rpc_timeout = self.raft.rpc_timeout();
+        if rpc_timeout <= self.raft.heartbeat_interval || rpc_timeout >= self.raft.election_timeout
+        {
+            return Err(ConfigError::Invalid {
+                key: "raft.rpc_timeout",
+                message: format!(
+                    "{rpc_timeout:?} must be longer than raft.heartbeat_interval ({:?}) and shorter than raft.election_timeout ({:?})",
+                    self.raft.heartbeat_interval, self.raft.election_timeout
+                ),
+            });
+        }
         Ok(())
     }
 
@@ -450,6 +488,12 @@ impl Config {
                 });
             }
             _ => {}
+        }
+        if self.server.request_timeout.is_zero() {
+            return Err(ConfigError::Invalid {
+                key: "server.request_timeout",
+                message: "must be above zero".into(),
+            });
         }
         if self.server.read_chunk_size == 0 {
             return Err(ConfigError::Invalid {

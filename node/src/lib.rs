@@ -100,7 +100,12 @@ pub async fn start(config: Config) -> Result<Node, StartError> {
     let (stopping, stop_signal) = tokio::sync::watch::channel(false);
     let (groups, log_bytes, cluster_addr) = match ClusterView::from_config(&config) {
         None => {
-            let engine = Engine::open(&config.data_dir, config.limits(), &config.raft.wal)?;
+            let engine = Engine::open(
+                &config.data_dir,
+                config.limits(),
+                &config.raft.wal,
+                config.server.request_timeout,
+            )?;
             match engine
                 .propose(Command::CreateBucket {
                     bucket: config.server.compat_bucket.clone(),

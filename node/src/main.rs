@@ -53,11 +53,17 @@ enum Tool {
     },
 }
 
+/// openraft logs every failed RPC, at ERROR, several times a second per peer while one is
+/// down or slow; the node reports those failures itself, once per peer per interval
+/// (`cluster::link_health`). `RUST_LOG` replaces this filter.
+const DEFAULT_LOG_FILTER: &str = "info,openraft=warn,openraft::replication=off,\
+    openraft::engine::handler::replication_handler=off";
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER)),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

@@ -360,3 +360,142 @@ fn a_follower_that_missed_a_compaction_catches_up_by_snapshot() {
         );
     });
 }
+
+/// Both followers of a group frozen (SIGSTOP), so its leader can commit nothing: every write
+/// sent to that leader meanwhile is still answered, within `server.request_timeout` (the
+/// default, 5 s), with 503 `RequestTimeout` and `Retry-After: 1`, and without the marker, since
+/// it was proposed and may still apply. Once the followers thaw, retrying each write with the
+/// same producer headers settles it, and each is in the stream exactly once.
+#[test]
+fn writes_to_a_frozen_quorum_are_answered_within_the_deadline() {
+    const DEADLINE: Duration = Duration::from_secs(5);
+    const WRITES: usize = 8;
+    runtime().block_on(async {
+        let cluster = TestCluster::start(3, "");
+        cluster.wait_ready().await;
+        for (path, headers) in [
+            ("/frozen", vec![]),
+            ("/frozen/s", vec![("content-type", "text/plain")]),
+        ] {
+            let reply = cluster
+                .send(
+                    0,
+                    Method::PUT,
+                    path,
+                    &headers,
+                    Bytes::new(),
+                    Duration::from_secs(20),
+                )
+                .await
+                .expect("an answer");
+            assert_eq!(
+                reply.status,
+                StatusCode::CREATED,
+                "{path}: {}",
+                reply.text()
+            );
+        }
+        let group = cluster.group_of("frozen");
+        let leader = cluster.leader_of(group).await.expect("a leader");
+        let followers: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+        for &i in &followers {
+            cluster.freeze(i);
+        }
+
+        let producer = |i: usize| {
+            [
+                ("content-type", "text/plain".to_owned()),
+                ("producer-id", format!("p{i}")),
+                ("producer-epoch", "0".to_owned()),
+                ("producer-seq", "0".to_owned()),
+            ]
+        };
+        let writes = (0..WRITES).map(|i| {
+            let client = cluster.voters[leader].client();
+            async move {
+                let headers = producer(i);
+                let headers: Vec<(&str, &str)> =
+                    headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                let started = std::time::Instant::now();
+                let sent = client.try_send(Method::POST, "/frozen/s", &headers, format!("w{i}\n"));
+                let reply = tokio::time::timeout(DEADLINE * 3, sent)
+                    .await
+                    .unwrap_or_else(|_| panic!("write {i} got no answer in {:?}", DEADLINE * 3))
+                    .expect("the leader answers");
+                (i, started.elapsed(), reply)
+            }
+        });
+        // A stream create in the same group, too.
+        let create = async {
+            let client = cluster.voters[leader].client();
+            let started = std::time::Instant::now();
+            let reply = client
+                .try_send(
+                    Method::PUT,
+                    "/frozen/t",
+                    &[("content-type", "text/plain")],
+                    "",
+                )
+                .await
+                .expect("the leader answers");
+            (started.elapsed(), reply)
+        };
+        let (answers, created) = tokio::join!(futures_util::future::join_all(writes), create);
+        for (what, took, reply) in answers
+            .iter()
+            .map(|(i, took, reply)| (format!("append {i}"), *took, reply))
+            .chain([("create".to_owned(), created.0, &created.1)])
+        {
+            assert_eq!(
+                reply.status,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "{what}: {}",
+                reply.text()
+            );
+            assert_eq!(reply.error(), "RequestTimeout", "{what}");
+            assert_eq!(reply.header("retry-after"), Some("1"), "{what}");
+            assert_eq!(
+                reply.header("x-ursula-not-applied"),
+                None,
+                "{what} may still apply"
+            );
+            assert!(
+                took >= DEADLINE - Duration::from_millis(100)
+                    && took < DEADLINE + Duration::from_secs(1),
+                "{what} answered after {took:?}, the deadline is {DEADLINE:?}"
+            );
+        }
+
+        for &i in &followers {
+            cluster.thaw(i);
+        }
+        for i in 0..WRITES {
+            let headers = producer(i);
+            let headers: Vec<(&str, &str)> =
+                headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let body = Bytes::from(format!("w{i}\n"));
+            let reply = cluster
+                .send(
+                    0,
+                    Method::POST,
+                    "/frozen/s",
+                    &headers,
+                    body,
+                    Duration::from_secs(30),
+                )
+                .await
+                .expect("an answer after the thaw");
+            assert!(
+                reply.status == StatusCode::OK || reply.status == StatusCode::NO_CONTENT,
+                "retry of append {i}: {} {}",
+                reply.status,
+                reply.text()
+            );
+        }
+        let text = String::from_utf8(cluster.read_all("/frozen/s").await).expect("text");
+        let mut lines: Vec<&str> = text.lines().collect();
+        lines.sort_unstable();
+        let expected: Vec<String> = (0..WRITES).map(|i| format!("w{i}")).collect();
+        assert_eq!(lines, expected, "each write once");
+    });
+}

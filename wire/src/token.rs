@@ -54,6 +54,9 @@ pub enum ErrorToken {
     ColdBackpressure,
     LeaderNotFound,
     UpstreamUnavailable,
+    /// No answer within the node's `server.request_timeout` (or the gateway's
+    /// `--request-timeout`); the write may still apply.
+    RequestTimeout,
 }
 
 impl ErrorToken {
@@ -101,6 +104,7 @@ impl ErrorToken {
             Self::ColdBackpressure => "ColdBackpressure",
             Self::LeaderNotFound => "LeaderNotFound",
             Self::UpstreamUnavailable => "UpstreamUnavailable",
+            Self::RequestTimeout => "RequestTimeout",
         }
     }
 
@@ -146,7 +150,8 @@ impl ErrorToken {
             | Self::RaftUncommittedBackpressure
             | Self::ColdBackpressure
             | Self::LeaderNotFound
-            | Self::UpstreamUnavailable => 503,
+            | Self::UpstreamUnavailable
+            | Self::RequestTimeout => 503,
         }
     }
 }

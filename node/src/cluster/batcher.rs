@@ -12,7 +12,7 @@ use tokio::sync::{oneshot, watch};
 
 use super::coalesce::{Coalescer, Item};
 use super::types::Raft;
-use crate::engine::EngineError;
+use crate::engine::{EngineError, UncommittedGuard};
 use crate::machine::{Command, Outcome};
 
 /// Entries of one group in flight at once. Fewer, fuller entries are what makes a busy group
@@ -27,11 +27,19 @@ const MAX_BYTES: u64 = 4 * 1024 * 1024;
 struct Proposal {
     command: Command,
     reply: oneshot::Sender<Result<Outcome, EngineError>>,
+    /// Held until the proposal is answered, or dropped unsent.
+    held: Option<UncommittedGuard>,
 }
 
 impl Item for Proposal {
     fn size(&self) -> u64 {
         self.command.body_len()
+    }
+
+    /// Its caller stopped waiting (`server.request_timeout`) before it was proposed: it is
+    /// dropped, never proposed.
+    fn abandoned(&self) -> bool {
+        self.reply.is_closed()
     }
 }
 
@@ -50,18 +58,35 @@ impl Batcher {
         Arc::new(Self { queue })
     }
 
-    pub async fn propose(&self, command: Command) -> Result<Outcome, EngineError> {
+    /// Queues a command for the next entry; the receiver gets its answer.
+    pub fn submit(
+        &self,
+        command: Command,
+        held: Option<UncommittedGuard>,
+    ) -> oneshot::Receiver<Result<Outcome, EngineError>> {
         let (reply, answer) = oneshot::channel();
-        self.queue.push(Proposal { command, reply });
-        answer.await.map_err(|_| EngineError::Stopped)?
+        self.queue.push(Proposal {
+            command,
+            reply,
+            held,
+        });
+        answer
     }
 }
 
 /// Proposes a batch as one entry and answers each proposal.
 async fn propose(raft: Raft, batch: Vec<Proposal>) {
-    let (commands, replies): (Vec<Command>, Vec<_>) =
-        batch.into_iter().map(|p| (p.command, p.reply)).unzip();
-    match super::propose_batch(&raft, commands).await {
+    let mut held = Vec::with_capacity(batch.len());
+    let (commands, replies): (Vec<Command>, Vec<_>) = batch
+        .into_iter()
+        .map(|p| {
+            held.push(p.held);
+            (p.command, p.reply)
+        })
+        .unzip();
+    let answered = super::propose_batch(&raft, commands).await;
+    drop(held);
+    match answered {
         Ok(results) => {
             for (reply, result) in replies.into_iter().zip(results) {
                 let _ = reply.send(result.map_err(EngineError::Refused));

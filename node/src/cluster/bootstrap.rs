@@ -10,12 +10,18 @@ use super::{ClusterView, cluster_urls, membership};
 use crate::config::Config;
 use crate::engine::{Engine, Metrics};
 
+/// openraft's settings. openraft 0.9 gives every AppendEntries (heartbeats too) its heartbeat
+/// interval as the deadline, so with a 100 ms heartbeat a follower whose fsync stalls for
+/// 100 ms, or a 10 MiB entry on a slow machine, times out on every attempt, forever. Here
+/// openraft's "heartbeat interval" is `raft.rpc_timeout`, its own heartbeats are off, and
+/// `send_heartbeats` sends them every `raft.heartbeat_interval` instead.
 fn raft_config(config: &Config) -> Result<Arc<openraft::Config>, String> {
-    let heartbeat = config.raft.heartbeat_interval.as_millis() as u64;
+    let rpc_timeout = config.raft.rpc_timeout().as_millis() as u64;
     let election = config.raft.election_timeout.as_millis() as u64;
     let raft = openraft::Config {
         cluster_name: "ursula".into(),
-        heartbeat_interval: heartbeat.max(1),
+        heartbeat_interval: rpc_timeout.max(1),
+        enable_heartbeat: false,
         election_timeout_min: election,
         election_timeout_max: election * 2,
         snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.raft.snapshot_entries),
@@ -47,6 +53,7 @@ pub async fn start_groups(
     let client = http2_client();
     let urls = Arc::new(cluster_urls(view));
     let links = super::network::peer_links(&urls, view.node_id);
+    let health = Arc::new(super::link_health::LinkHealth::default());
     let mut engines = Vec::with_capacity(config.raft.group_count);
     for group in 0..config.raft.group_count {
         if !view.hosts(group) {
@@ -61,6 +68,7 @@ pub async fn start_groups(
             metrics.clone(),
             config.raft.group_count,
             config.raft.max_uncommitted_size_per_group,
+            config.server.request_timeout,
         )
         .map_err(|e| format!("group {group}: {e}"))?;
         let group = group as u32;
@@ -72,6 +80,7 @@ pub async fn start_groups(
             client: client.clone(),
             urls: urls.clone(),
             links: links.clone(),
+            health: health.clone(),
         };
         let raft = Raft::new(
             view.node_id,
@@ -101,10 +110,33 @@ pub async fn start_groups(
         }
         let budget = config.raft.snapshot_log_budget / config.raft.group_count as u64;
         tokio::spawn(snapshot_on_log_bytes(raft.clone(), watched, budget.max(1)));
+        tokio::spawn(send_heartbeats(
+            raft.clone(),
+            engine.clone(),
+            config.raft.heartbeat_interval,
+        ));
         engine.set_raft(raft, log.writer_turns());
         engines.push(Some(engine));
     }
     Ok((engines, log))
+}
+
+/// A leader's heartbeats (see `raft_config`), every `every`, unless the node drains: a
+/// draining leader lets its followers' election timeouts run out.
+async fn send_heartbeats(raft: Raft, engine: Arc<Engine>, every: std::time::Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let leads = {
+            let metrics = raft.metrics();
+            let metrics = metrics.borrow();
+            metrics.current_leader == Some(metrics.id)
+        };
+        if leads && !engine.is_draining() && raft.trigger().heartbeat().await.is_err() {
+            return;
+        }
+    }
 }
 
 /// Entry counts alone do not bound the log's bytes: a group also snapshots (and so purges its

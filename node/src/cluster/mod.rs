@@ -9,7 +9,8 @@
 //!   log, written by one thread so that one fsync covers the entries of many groups (group
 //!   commit across groups).
 //! - `state_machine`: a group's `Machine`, its published read model and its redb state.
-//! - `network` / `service`: Raft RPCs on the cluster listener. `peer_link` coalesces the
+//! - `network` / `service`: Raft RPCs on the cluster listener (`link_health` keeps their
+//!   failures to a line per peer per interval in the log). `peer_link` coalesces the
 //!   groups' concurrent appends and votes to a peer into one exchange on one connection,
 //!   framed by `frame`; snapshots and forwarded purges are HTTP/2 requests.
 //! - `placement`: which group a bucket's streams live in.
@@ -18,6 +19,7 @@ pub mod batcher;
 pub mod bootstrap;
 pub mod coalesce;
 pub mod frame;
+mod link_health;
 pub mod log_store;
 mod log_writer;
 pub mod network;

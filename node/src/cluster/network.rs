@@ -25,6 +25,7 @@ use openraft::raft::{
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::link_health::LinkHealth;
 use super::peer_link::{CallKind, PeerLink};
 use super::types::{NodeId, TypeConfig};
 
@@ -52,6 +53,7 @@ pub struct GroupNetwork {
     pub client: HttpClient,
     pub urls: Arc<HashMap<NodeId, String>>,
     pub links: Arc<HashMap<NodeId, Arc<PeerLink>>>,
+    pub health: Arc<LinkHealth>,
 }
 
 /// One link per peer in `urls`, for all groups.
@@ -82,6 +84,7 @@ impl RaftNetworkFactory<TypeConfig> for GroupNetwork {
             base: format!("{base}/raft/{}", self.group),
             client: self.client.clone(),
             link: self.links.get(&target).cloned(),
+            health: self.health.clone(),
         }
     }
 }
@@ -92,6 +95,7 @@ pub struct PeerConnection {
     base: String,
     client: HttpClient,
     link: Option<Arc<PeerLink>>,
+    health: Arc<LinkHealth>,
 }
 
 type RpcResult<T, E> = Result<T, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>;
@@ -118,6 +122,12 @@ impl PeerConnection {
                 post(&self.client, &url, body, timeout).await
             }
         };
+        match &sent {
+            Ok(_) => self.health.succeeded(self.target),
+            Err(error) => self
+                .health
+                .failed(self.target, kind.route(), &error.describe(timeout)),
+        }
         let bytes = match sent {
             Ok(bytes) => bytes,
             Err(PostError::Connect(message)) => {
@@ -146,6 +156,15 @@ pub(super) enum PostError {
     Connect(String),
     TimedOut,
     Other(String),
+}
+
+impl PostError {
+    fn describe(&self, timeout: Duration) -> String {
+        match self {
+            Self::Connect(message) | Self::Other(message) => message.clone(),
+            Self::TimedOut => format!("no answer within {timeout:?}"),
+        }
+    }
 }
 
 /// POSTs `body` to a peer's cluster listener and answers the body of a 2xx, within `timeout`.

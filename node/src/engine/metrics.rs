@@ -4,10 +4,56 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// Upper bounds, in seconds, of the fsync latency histogram buckets.
-const FSYNC_BUCKETS: [f64; 12] = [
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+/// Upper bounds, in seconds, of the latency histograms' buckets.
+const BUCKETS: [f64; 17] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0,
 ];
+
+/// A Prometheus histogram of durations, with the largest one seen.
+#[derive(Default)]
+pub struct Histogram {
+    count: AtomicU64,
+    sum_ns: AtomicU64,
+    max_ns: AtomicU64,
+    buckets: [AtomicU64; BUCKETS.len()],
+}
+
+impl Histogram {
+    pub fn observe(&self, took: Duration) {
+        let ns = took.as_nanos().min(u128::from(u64::MAX)) as u64;
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_ns.fetch_add(ns, Ordering::Relaxed);
+        self.max_ns.fetch_max(ns, Ordering::Relaxed);
+        let secs = took.as_secs_f64();
+        if let Some(at) = BUCKETS.iter().position(|bound| secs <= *bound) {
+            self.buckets[at].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// `name` as a histogram (cumulative buckets), and `{name}_max` as a gauge.
+    fn render(&self, name: &str, help: &str, out: &mut String) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        let mut cumulative = 0;
+        for (bound, count) in BUCKETS.iter().zip(&self.buckets) {
+            cumulative += count.load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
+        }
+        let total = self.count();
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {total}");
+        let sum = self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
+        let _ = writeln!(out, "{name}_sum {sum}\n{name}_count {total}");
+        let max = self.max_ns.load(Ordering::Relaxed) as f64 / 1e9;
+        let _ = writeln!(
+            out,
+            "# HELP {name}_max The longest one since the node started.\n# TYPE {name}_max gauge\n{name}_max {max}"
+        );
+    }
+}
 
 #[derive(Default)]
 pub struct Metrics {
@@ -15,7 +61,6 @@ pub struct Metrics {
     pub appended_bytes: AtomicU64,
     pub commands: AtomicU64,
     pub batches: AtomicU64,
-    pub fsyncs: AtomicU64,
     pub commit_failures: AtomicU64,
     /// Raft log entries made durable (a replicated node's own and its followers' writes).
     pub log_entries: AtomicU64,
@@ -34,21 +79,15 @@ pub struct Metrics {
     pub cold_fetches: AtomicU64,
     /// Create and append bodies staged in object storage before they were proposed.
     pub staged_bodies: AtomicU64,
-    fsync_seconds_sum_ns: AtomicU64,
-    fsync_buckets: [AtomicU64; FSYNC_BUCKETS.len()],
+    fsync_seconds: Histogram,
+    /// Client requests from arrival to response headers; live reads (long-poll, SSE) are not
+    /// counted, since they wait by design.
+    pub request_seconds: Histogram,
 }
 
 impl Metrics {
     pub fn observe_fsync(&self, took: Duration) {
-        self.fsyncs.fetch_add(1, Ordering::Relaxed);
-        self.fsync_seconds_sum_ns
-            .fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
-        let secs = took.as_secs_f64();
-        for (bound, count) in FSYNC_BUCKETS.iter().zip(&self.fsync_buckets) {
-            if secs <= *bound {
-                count.fetch_add(1, Ordering::Relaxed);
-            }
-        }
+        self.fsync_seconds.observe(took);
     }
 
     /// Counts a batch of applied commands and the appends among their effects.
@@ -147,18 +186,15 @@ impl Metrics {
                 get(counter)
             );
         }
-        let name = "ursula_fsync_seconds";
-        let _ = writeln!(
+        self.fsync_seconds.render(
+            "ursula_fsync_seconds",
+            "Latency of durable commits (one fsync each).",
             out,
-            "# HELP {name} Latency of durable commits (one fsync each)."
         );
-        let _ = writeln!(out, "# TYPE {name} histogram");
-        for (bound, count) in FSYNC_BUCKETS.iter().zip(&self.fsync_buckets) {
-            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {}", get(count));
-        }
-        let total = get(&self.fsyncs);
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {total}");
-        let sum = get(&self.fsync_seconds_sum_ns) as f64 / 1e9;
-        let _ = writeln!(out, "{name}_sum {sum}\n{name}_count {total}");
+        self.request_seconds.render(
+            "ursula_http_request_seconds",
+            "Client requests from arrival to response headers (not long-polls or SSE).",
+            out,
+        );
     }
 }

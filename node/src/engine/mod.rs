@@ -49,6 +49,12 @@ pub enum EngineError {
     NotLeader { leader: Option<NodeId> },
     #[error("replication failed: {0}")]
     Replication(String),
+    /// No answer within `server.request_timeout`. The command may have been proposed, and may
+    /// still apply.
+    #[error(
+        "no answer within server.request_timeout ({0:?}); the write may still apply: retry it (with the same producer headers, for exactly once)"
+    )]
+    TimedOut(std::time::Duration),
     /// Refused before proposing: the group has too many body bytes proposed and not applied.
     #[error(
         "the stream's Raft group has {proposed} body bytes proposed and not yet applied, at most {limit} may be"
@@ -96,8 +102,10 @@ enum Proposer {
     Raft(std::sync::OnceLock<(Raft, Arc<crate::cluster::batcher::Batcher>)>),
 }
 
-/// Releases a body's bytes from the group's proposed-but-unapplied count.
-struct UncommittedGuard {
+/// Releases a body's bytes from the group's proposed-but-unapplied count. It travels with its
+/// proposal, so the bytes count until the proposal is answered or dropped unsent, however
+/// long its caller waits.
+pub struct UncommittedGuard {
     counter: Arc<std::sync::atomic::AtomicU64>,
     bytes: u64,
 }
@@ -143,6 +151,8 @@ pub struct Engine {
     pub log_bytes: Arc<std::sync::atomic::AtomicU64>,
     /// Where older records go, when the node has a cold tier.
     cold: std::sync::OnceLock<cold::ColdTier>,
+    /// How long `propose` waits for its answer (`server.request_timeout`).
+    request_timeout: std::time::Duration,
 }
 
 pub fn now_ms() -> u64 {
@@ -189,6 +199,7 @@ impl Engine {
         data_dir: &Path,
         limits: Limits,
         wal_config: &crate::config::WalConfig,
+        request_timeout: std::time::Duration,
     ) -> Result<Arc<Self>, EngineError> {
         let store = Arc::new(Store::open(data_dir)?);
         let (machine, applied) = store.load(limits)?;
@@ -248,6 +259,7 @@ impl Engine {
             metrics,
             log_bytes,
             cold: Default::default(),
+            request_timeout,
         }))
     }
 
@@ -260,6 +272,7 @@ impl Engine {
         metrics: Arc<Metrics>,
         group_count: usize,
         max_uncommitted: u64,
+        request_timeout: std::time::Duration,
     ) -> Result<(Arc<Self>, ReplicaParts), EngineError> {
         let store = Arc::new(Store::open(dir)?);
         let (machine, applied) = store.load(limits)?;
@@ -294,6 +307,7 @@ impl Engine {
             metrics: metrics.clone(),
             log_bytes: Arc::new(std::sync::atomic::AtomicU64::new(0)),
             cold: Default::default(),
+            request_timeout,
         });
         let parts = ReplicaParts {
             machine,
@@ -341,33 +355,39 @@ impl Engine {
     }
 
     /// Applies a command; answers once its effects are durable (on a quorum, when replicated)
-    /// and visible to readers.
+    /// and visible to readers, or `TimedOut` once `server.request_timeout` has passed.
     pub async fn propose(&self, command: Command) -> Result<Outcome, EngineError> {
         self.make_local_room(command.body_len())?;
-        match &self.proposer {
+        let deadline = tokio::time::Instant::now() + self.request_timeout;
+        let timed_out = || EngineError::TimedOut(self.request_timeout);
+        let answer = match &self.proposer {
             Proposer::Local(inbox) => {
                 let (reply, answer) = oneshot::channel();
-                inbox
-                    .send(Proposal { command, reply })
+                tokio::time::timeout_at(deadline, inbox.send(Proposal { command, reply }))
                     .await
+                    .map_err(|_| timed_out())?
                     .map_err(|_| EngineError::Stopped)?;
-                answer.await.map_err(|_| EngineError::Stopped)?
+                answer
             }
             Proposer::Raft(slot) => {
                 let (_, batcher) = slot.get().ok_or(EngineError::NotLeader { leader: None })?;
-                let _held = self.hold_uncommitted(command.body_len())?;
-                batcher.propose(command).await
+                let held = self.hold_uncommitted(command.body_len())?;
+                batcher.submit(command, held)
             }
+        };
+        match tokio::time::timeout_at(deadline, answer).await {
+            Ok(answered) => answered.map_err(|_| EngineError::Stopped)?,
+            Err(_) => Err(timed_out()),
         }
     }
 
-    /// Stops leading: no more writes, heartbeats or campaigns here, so that the followers
-    /// elect a new leader once the election timeout passes. `false` undoes it.
+    /// Stops leading: no more writes, heartbeats (`cluster::bootstrap::send_heartbeats` asks)
+    /// or campaigns here, so that the followers elect a new leader once the election timeout
+    /// passes. `false` undoes it.
     pub fn set_draining(&self, draining: bool) {
         self.draining
             .store(draining, std::sync::atomic::Ordering::Release);
         if let Some(raft) = self.raft() {
-            raft.runtime_config().heartbeat(!draining);
             raft.runtime_config().elect(!draining);
         }
     }
@@ -444,7 +464,10 @@ impl Engine {
         handle: &StreamHandle,
         offset: u64,
     ) -> Result<Option<bytes::Bytes>, EngineError> {
-        self.registry.wait_stored(handle.changed_seq()).await;
+        let stored = self.registry.wait_stored(handle.changed_seq());
+        tokio::time::timeout(self.request_timeout, stored)
+            .await
+            .map_err(|_| EngineError::TimedOut(self.request_timeout))?;
         Ok(self.store.snapshot(handle.id, offset)?)
     }
 }

@@ -31,6 +31,8 @@ pub enum ReadError {
     Storage(#[from] StorageError),
     #[error("cannot read the stream's cold records: {0}")]
     Cold(#[from] crate::cold::ColdError),
+    #[error("the read found no data within server.request_timeout ({0:?})")]
+    TimedOut(std::time::Duration),
 }
 
 impl Engine {
@@ -55,8 +57,11 @@ impl Engine {
         from: u64,
         max_bytes: usize,
     ) -> Result<Vec<Slice>, ReadError> {
-        self.read_range(handle, meta, from, meta.tail, max_bytes)
+        // Object storage, or a record being applied, may keep a read waiting.
+        let read = self.read_range(handle, meta, from, meta.tail, max_bytes);
+        tokio::time::timeout(self.request_timeout, read)
             .await
+            .map_err(|_| ReadError::TimedOut(self.request_timeout))?
     }
 
     async fn read_range(

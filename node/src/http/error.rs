@@ -65,8 +65,11 @@ impl ApiError {
             .headers
             .iter()
             .any(|(name, _)| *name == headers::NOT_APPLIED);
-        // Internal failures prove nothing, wherever they happened.
-        let internal = matches!(self.token, ErrorToken::Internal | ErrorToken::Unavailable);
+        // Internal failures and timeouts prove nothing, wherever they happened.
+        let internal = matches!(
+            self.token,
+            ErrorToken::Internal | ErrorToken::Unavailable | ErrorToken::RequestTimeout
+        );
         if self.before_proposal && !marked && !internal {
             self.headers
                 .push((headers::NOT_APPLIED, self.token.as_str().to_owned()));
@@ -164,6 +167,9 @@ impl From<EngineError> for ApiError {
             EngineError::Replication(message) => {
                 Self::new(ErrorToken::Unavailable, message).after_proposal()
             }
+            error @ EngineError::TimedOut(_) => {
+                Self::new(ErrorToken::RequestTimeout, error.to_string()).after_proposal()
+            }
             // Refused before anything was proposed: marked by the write path.
             error @ EngineError::UncommittedBackpressure { .. } => {
                 Self::new(ErrorToken::RaftUncommittedBackpressure, error.to_string())
@@ -197,6 +203,9 @@ impl From<ReadError> for ApiError {
             }
             // Object storage may be back in a moment; the read can be repeated.
             ReadError::Cold(_) => Self::new(ErrorToken::Unavailable, error.to_string()),
+            ReadError::TimedOut(_) => {
+                Self::new(ErrorToken::RequestTimeout, error.to_string()).after_proposal()
+            }
         }
     }
 }

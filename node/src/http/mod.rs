@@ -160,8 +160,13 @@ pub async fn handle(
     app: Arc<App>,
     request: Request<impl RequestBody>,
 ) -> Result<Response<Body>, Infallible> {
+    let started = std::time::Instant::now();
     let cors = request.headers().contains_key(http::header::ORIGIN);
     let uri = request.uri().clone();
+    let live = request.method() == Method::GET
+        && uri
+            .query()
+            .is_some_and(|query| query.split('&').any(|pair| pair.starts_with("live=")));
     let mut response = dispatch(&app, request).await.unwrap_or_else(|error| {
         if matches!(
             error.token,
@@ -173,6 +178,9 @@ pub async fn handle(
         }
     });
     add_common_headers(response.headers_mut(), cors);
+    if !live && let Some(engine) = app.groups.all().next() {
+        engine.metrics.request_seconds.observe(started.elapsed());
+    }
     Ok(response)
 }
 

@@ -89,6 +89,13 @@ pub fn free_ports(count: usize) -> Vec<u16> {
     ports
 }
 
+/// Whether the voters run as on a slow machine: each in a CPU cgroup of its own, with a slow
+/// disk (`e2e/slow/exec.sh`, with its settings from the environment). `.ci/run` runs the
+/// cluster fault tests this way too.
+pub fn slow_machine() -> bool {
+    std::env::var_os("URSULA_TEST_SLOW").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
 /// The last lines of a voter's log, for a failure message.
 fn log_tail(path: &std::path::Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
@@ -126,6 +133,14 @@ impl TestCluster {
                 .collect(),
         };
         let group_count = 4;
+        // Fast elections make each failover of these tests take well under a second. On a slow
+        // machine (`URSULA_TEST_SLOW`) they would flap, as they would in production: there the
+        // voters keep the product's defaults, as users on such machines do.
+        let timeouts = if slow_machine() {
+            ""
+        } else {
+            "heartbeat_interval = \"50ms\"\nelection_timeout = \"300ms\"\n"
+        };
         let mut peers = String::new();
         for (id, (client_ip, cluster_ip, ports)) in addresses.iter().enumerate() {
             peers.push_str(&format!(
@@ -141,7 +156,7 @@ impl TestCluster {
             std::fs::create_dir_all(&data).expect("data dir");
             let config = dir.path().join(format!("node-{}.toml", id + 1));
             let text = format!(
-                "node_id = {}\ndata_dir = {:?}\n[server]\nlisten = \"{client_ip}:{}\"\nadmin_listen = \"{client_ip}:{}\"\ncluster_listen = \"{cluster_ip}:{}\"\nlong_poll_timeout = \"300ms\"\n[raft]\ngroup_count = {group_count}\nheartbeat_interval = \"50ms\"\nelection_timeout = \"300ms\"\n{raft_extra}\n[raft.wal]\nmin_available_size = 1048576\nresume_available_size = 2097152\n{peers}",
+                "node_id = {}\ndata_dir = {:?}\n[server]\nlisten = \"{client_ip}:{}\"\nadmin_listen = \"{client_ip}:{}\"\ncluster_listen = \"{cluster_ip}:{}\"\nlong_poll_timeout = \"300ms\"\n[raft]\ngroup_count = {group_count}\n{timeouts}{raft_extra}\n[raft.wal]\nmin_available_size = 1048576\nresume_available_size = 2097152\n{peers}",
                 id + 1,
                 data,
                 ports[0],
@@ -179,19 +194,25 @@ impl TestCluster {
             .append(true)
             .open(&voter.log)
             .expect("log file");
-        // `ip netns exec` execs the node in the namespace: the child is the node itself.
-        let mut command = match &voter.netns {
-            Some(ns) => {
-                let mut command = Command::new("ip");
-                command.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_ursula-node")]);
-                command
-            }
-            None => Command::new(env!("CARGO_BIN_EXE_ursula-node")),
-        };
+        // `ip netns exec` and the slow-machine wrapper exec what follows them: the child is the
+        // node itself.
+        let mut words: Vec<std::ffi::OsString> = Vec::new();
+        if slow_machine() {
+            let wrapper = concat!(env!("CARGO_MANIFEST_DIR"), "/../e2e/slow/exec.sh");
+            let cgroup = format!("test-{}-{}", std::process::id(), voter.client_port);
+            words.extend([wrapper.into(), cgroup.into()]);
+        }
+        if let Some(ns) = &voter.netns {
+            words.extend(["ip".into(), "netns".into(), "exec".into(), ns.into()]);
+        }
+        words.push(env!("CARGO_BIN_EXE_ursula-node").into());
+        let mut command = Command::new(&words[0]);
         let child = command
+            .args(&words[1..])
             .arg("--config")
             .arg(&voter.config)
-            .env("RUST_LOG", "info,openraft=warn")
+            // The product's own log filter.
+            .env_remove("RUST_LOG")
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
