@@ -145,6 +145,7 @@ if [ "$via_gateway" = 1 ]; then
 fi
 status=0
 started=$(date +%s)
+started_at="$(date -u +%Y-%m-%dT%H:%M:%S)"
 CONFORMANCE_TEST_URL="http://$addr" npx vitest run --reporter=default \
   --reporter=json --outputFile="$data/results.json" || status=$?
 node -e '
@@ -163,10 +164,21 @@ if [ "$cluster" = 1 ]; then
   minutes="$(awk -v s="$(( $(date +%s) - started ))" 'BEGIN { printf "%.2f", (s < 1 ? 1 : s) / 60 }')"
   for id in 1 2 3; do
     curl -s "http://127.0.0.1:$(port $id 1)/metrics" >"$data/metrics-$id.txt" || true
+    if [ "$slow" = 1 ]; then
+      # Proof that the slow machine was in force: the voter's CPU was throttled (cgroup
+      # v1 nr_throttled, v2 nr_throttled), and (checked below) no fsync took under 5 ms.
+      throttled=""
+      for group in "/sys/fs/cgroup/cpu/ursula-slow/conformance-$$-$id" "/sys/fs/cgroup/ursula-slow/conformance-$$-$id"; do
+        [ -f "$group/cpu.stat" ] && throttled="$(sed -n 's/^nr_throttled //p' "$group/cpu.stat")"
+      done
+      echo "conformance: voter $id was throttled in ${throttled:-no} CPU periods"
+      [ "${throttled:-0}" -gt 0 ] || { echo "conformance: voter $id was not CPU-throttled" >&2; status=1; }
+    fi
   done
   node -e '
     const fs = require("fs");
-    const [dir, minutes, deadline] = [process.argv[1], Number(process.argv[2]), Number(process.argv[3])];
+    const [dir, minutes, deadline, startedAt, slow] = [process.argv[1], Number(process.argv[2]),
+      Number(process.argv[3]), process.argv[4], process.argv[5] === "1"];
     let failed = false;
     const buckets = new Map();
     let count = 0, max = 0;
@@ -180,15 +192,26 @@ if [ "$cluster" = 1 ]; then
         m = line.match(/^ursula_http_request_seconds_max (\S+)/);
         if (m) max = Math.max(max, Number(m[1]));
       }
-      const lines = fs.readFileSync(`${dir}/node-${id}.log`, "utf8").split("\n").filter(Boolean);
+      // Steady state: from when the suite started, once the cluster was up with its leaders.
+      const lines = fs.readFileSync(`${dir}/node-${id}.log`, "utf8").split("\n")
+        .filter((l) => l.slice(0, 19) >= startedAt);
       const errors = lines.filter((l) => / ERROR /.test(l)).length;
-      console.log(`conformance: voter ${id} logged ${(lines.length / minutes).toFixed(1)} lines/min (${lines.length} lines, ${errors} at ERROR, over ${minutes} min)`);
+      console.log(`conformance: voter ${id} logged ${(lines.length / minutes).toFixed(1)} lines/min during the suite (${lines.length} lines, ${errors} at ERROR, over ${minutes} min)`);
     }
     const p99 = [...buckets.entries()].sort((a, b) => a[0] - b[0]).find(([, n]) => n >= 0.99 * count);
     console.log(`conformance: ${count} requests on the voters (live reads not counted): p99 <= ${p99 ? p99[0] * 1000 : "?"} ms, max ${(max * 1000).toFixed(1)} ms`);
     if (count === 0) { console.error("conformance: the voters counted no requests"); failed = true; }
+    if (slow) {
+      for (const id of [1, 2, 3]) {
+        const text = fs.readFileSync(`${dir}/metrics-${id}.txt`, "utf8");
+        const fast = Number((text.match(/^ursula_fsync_seconds_bucket\{le="0.005"\} (\d+)/m) || [])[1]);
+        const all = Number((text.match(/^ursula_fsync_seconds_count (\d+)/m) || [])[1]);
+        console.log(`conformance: voter ${id}: ${all} fsyncs, ${fast} of them under 5 ms`);
+        if (!(all > 0) || fast !== 0) { console.error(`conformance: the slow disk was not in force on voter ${id}`); failed = true; }
+      }
+    }
     if (max > deadline + 1) { console.error(`conformance: a request took ${max.toFixed(2)} s, past the ${deadline} s deadline`); failed = true; }
     process.exit(failed ? 1 : 0);
-  ' "$data" "$minutes" 5 || status=1
+  ' "$data" "$minutes" 5 "$started_at" "$slow" || status=1
 fi
 exit $status

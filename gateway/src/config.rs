@@ -26,6 +26,12 @@ pub struct Config {
     /// How long connecting to an upstream may take.
     #[serde(deserialize_with = "duration")]
     pub connect_timeout: Duration,
+    /// How long a request that is not a live read (long-poll, SSE) may wait for a node's
+    /// answer, redirects included; then 503 `RequestTimeout`, never marked. Above the nodes'
+    /// own `server.request_timeout` (5 s), so that their answer comes first; this one covers
+    /// a node that answers nothing at all (frozen, or cut off after it took the request).
+    #[serde(deserialize_with = "duration")]
+    pub request_timeout: Duration,
     /// Turns on access control and tenant limits (format in `access.rs` and the README).
     pub access_keys_file: Option<std::path::PathBuf>,
     /// The nodes' `server.compat_bucket`: the bucket `/v1/stream/{name}` addresses.
@@ -52,6 +58,7 @@ impl Default for Config {
             max_redirect_hops: 3,
             redirect_window: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(3),
+            request_timeout: Duration::from_secs(15),
             access_keys_file: None,
             compat_bucket: "default".into(),
             upstream_link: true,

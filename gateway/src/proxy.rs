@@ -211,7 +211,21 @@ impl Gateway {
         {
             return collapse.serve(self, &prepared, key).await;
         }
-        self.send(&prepared).await
+        if prepared.is_live_read() {
+            return self.send(&prepared).await;
+        }
+        let limit = self.config.request_timeout;
+        tokio::time::timeout(limit, self.send(&prepared))
+            .await
+            .unwrap_or_else(|_| {
+                Err(Refusal::new(
+                    ErrorToken::RequestTimeout,
+                    format!(
+                        "no node answered within the gateway's request_timeout ({limit:?}); a write may still apply: retry it (with the same producer headers, for exactly once)"
+                    ),
+                    false,
+                ))
+            })
     }
 
     /// Checks a request before anything is forwarded (route, credentials, body limit, access)
@@ -526,6 +540,16 @@ impl Prepared {
             self.parts.headers.clone(),
         )
         .ok()
+    }
+
+    /// A long-poll or SSE read: it waits for data by design, up to the node's own limits.
+    pub(crate) fn is_live_read(&self) -> bool {
+        self.parts.method == Method::GET
+            && self
+                .parts
+                .uri
+                .query()
+                .is_some_and(|query| query.split('&').any(|pair| pair.starts_with("live=")))
     }
 
     /// Part of a sharing key: the node adds CORS headers to the answer to any request with an

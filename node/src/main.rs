@@ -55,19 +55,44 @@ enum Tool {
 
 /// openraft logs every failed RPC, at ERROR, several times a second per peer while one is
 /// down or slow; the node reports those failures itself, once per peer per interval
-/// (`cluster::link_health`). `RUST_LOG` replaces this filter.
+/// (`cluster::link_health`). `RUST_LOG` replaces this filter (and `is_per_rpc_failure`).
 const DEFAULT_LOG_FILTER: &str = "info,openraft=warn,openraft::replication=off,\
     openraft::engine::handler::replication_handler=off";
 
-fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER)),
-        )
+/// openraft's lines for one failed vote request or read-index heartbeat ("while requesting
+/// vote", "timeout", "timeout while confirming leadership"): RaftCore's ERROR events with
+/// exactly the fields `error` and `target`. Its other ERROR events (a fatal error, a storage
+/// error) have other fields and are kept.
+fn is_per_rpc_failure(metadata: &tracing::Metadata<'_>) -> bool {
+    if metadata.target() != "openraft::core::raft_core"
+        || *metadata.level() != tracing::Level::ERROR
+    {
+        return false;
+    }
+    let mut fields: Vec<&str> = metadata.fields().iter().map(|f| f.name()).collect();
+    fields.sort_unstable();
+    fields == ["error", "message", "target"]
+}
+
+fn init_logging() {
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let custom = tracing_subscriber::EnvFilter::try_from_default_env().ok();
+    let quiet = custom.is_none();
+    let filter = custom.unwrap_or_else(|| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
+    let layer = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_filter(filter)
+        .with_filter(tracing_subscriber::filter::filter_fn(move |metadata| {
+            !(quiet && is_per_rpc_failure(metadata))
+        }));
+    tracing_subscriber::registry().with(layer).init();
+}
+
+fn main() -> ExitCode {
+    init_logging();
     let args = Args::parse();
     if let Some(Tool::DevCluster {
         voters,

@@ -273,6 +273,24 @@ impl Node {
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
+
+    /// SIGSTOP: the node keeps its connections and answers nothing, as a stalled machine.
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT.
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let sent = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .expect("kill(1)");
+        assert!(sent.success(), "kill {signal}");
+    }
 }
 
 impl Drop for Node {

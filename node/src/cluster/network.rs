@@ -1,6 +1,6 @@
 //! Raft RPCs to peers, on each peer's cluster listener. Appends and votes of every group go
-//! through the peer's link (`peer_link`: one connection, coalesced, framed); snapshots and
-//! forwarded purges are HTTP/2 requests without TLS (prior knowledge). Either way a call's
+//! through the peer's link (`peer_link`: one connection, coalesced, framed); snapshots, large
+//! appends and forwarded purges are HTTP/2 requests without TLS (prior knowledge). Either way a call's
 //! body is the postcard-encoded request, and its answer the postcard-encoded `Result` of the
 //! peer's Raft call.
 
@@ -31,6 +31,10 @@ use super::types::{NodeId, TypeConfig};
 
 /// How long a connection attempt to a peer may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Calls larger than this go as HTTP/2 requests of their own, not through the peer link: a
+/// link has one exchange in flight, so a large entry there would hold up every group's
+/// heartbeats to that peer for as long as its transfer and fsync take.
+const MAX_LINKED_CALL_BYTES: usize = 1024 * 1024;
 
 pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
@@ -114,7 +118,7 @@ impl PeerConnection {
     {
         let body = postcard::to_allocvec(rpc).map_err(|e| network_error(e.to_string()))?;
         let sent = match &self.link {
-            Some(link) if kind.is_linked() => {
+            Some(link) if kind.is_linked() && body.len() <= MAX_LINKED_CALL_BYTES => {
                 link.call(self.group, kind, body.into(), timeout).await
             }
             _ => {
