@@ -221,17 +221,18 @@ fn sigkill_of_a_busy_leader_loses_no_acknowledged_append() {
     }
 }
 
-/// The same SIGKILLs with a cold tier on a real S3-API server (512-byte objects flushed every
-/// 50 ms; bodies of 7 bytes and more, here every append from sequence number 100 on, staged):
+/// The same SIGKILLs with a cold tier on a real S3-API server (32-byte objects flushed every
+/// 50 ms; bodies of 6 bytes and more, here every append from sequence number 10 on, staged, so
+/// that a slow machine's few hundred appends have both):
 /// records flushed or staged on a leader that is killed, and on every voter killed at once,
 /// still read back once and in order on every voter.
 #[test]
 fn sigkill_with_a_cold_tier_loses_no_acknowledged_append() {
     let s3 = S3Server::start();
     runtime().block_on(s3.create_bucket("ursula-faults"));
-    let flush = "segment_size = 512\nflush_interval = \"50ms\"";
+    let flush = "segment_size = 32\nflush_interval = \"50ms\"";
     let cold = format!(
-        "{}[runtime]\nexternal_payload_min_size = 7\n",
+        "{}[runtime]\nexternal_payload_min_size = 6\n",
         s3.cold_toml("ursula-faults", "faults", flush)
     );
     for seed in 1..=2 {

@@ -61,14 +61,22 @@ async fn buckets_and_names() {
             "InvalidBucketId",
         );
     }
-    let missing = node.client.put("/other/s", &[TEXT], "").await;
-    assert_refused(&missing, StatusCode::NOT_FOUND, "BucketNotFound");
-    assert!(
-        missing.text().contains("other"),
-        "the error names the bucket"
-    );
+    // Buckets are implicit: a stream create in a bucket never PUT brings it into being.
     let missing_read = node.client.get("/other/s").await;
-    assert_refused(&missing_read, StatusCode::NOT_FOUND, "BucketNotFound");
+    assert_refused(&missing_read, StatusCode::NOT_FOUND, "StreamNotFound");
+    let missing_append = node.client.post("/other/s", &[TEXT], "x").await;
+    assert_refused(&missing_append, StatusCode::NOT_FOUND, "StreamNotFound");
+    assert!(
+        missing_append.text().contains("other/s"),
+        "the error names the stream"
+    );
+    let implicit = node.client.put("/other/s", &[TEXT], "").await;
+    assert_eq!(implicit.status, StatusCode::CREATED, "{}", implicit.text());
+    assert_eq!(
+        node.client.put("/other", &[], "").await.status,
+        StatusCode::OK,
+        "the bucket exists once it has a stream"
+    );
     for bad in ["/demo/%zz", "/demo/..", "/demo/a%00b"] {
         assert_refused(
             &node.client.put(bad, &[TEXT], "").await,

@@ -19,7 +19,7 @@ struct ForkPoint {
 
 impl Machine {
     pub(super) fn create(&mut self, cmd: CreateStream) -> Result<Outcome, Refusal> {
-        self.check_bucket(&cmd.path.bucket)?;
+        self.check_not_fenced(&cmd.path.bucket)?;
         if let Ok(id) = self.existing_stream(&cmd.path, cmd.now_ms) {
             let meta = &self.streams[&id].meta;
             if meta.soft_deleted {
@@ -67,6 +67,8 @@ impl Machine {
             ),
         };
 
+        // Nothing refuses the create from here on: its bucket, if new, comes into being with it.
+        let _ = self.create_bucket(cmd.path.bucket.clone());
         let id = self.next_stream_id;
         self.next_stream_id += 1;
         self.emit(Effect::SetNextStreamId(self.next_stream_id));
@@ -141,7 +143,7 @@ impl Machine {
         now_ms: u64,
     ) -> Result<ForkPoint, Refusal> {
         let source_name = spec.source.to_string();
-        if self.check_bucket(&spec.source.bucket).is_err() {
+        if self.check_not_fenced(&spec.source.bucket).is_err() {
             return Err(Refusal::ForkSourceNotFound(source_name));
         }
         let source_id = self

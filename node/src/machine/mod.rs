@@ -206,17 +206,18 @@ impl Machine {
         self.streams.insert(id, state);
     }
 
-    fn check_bucket(&self, bucket: &str) -> Result<(), Refusal> {
+    /// Buckets are implicit (a stream create brings its bucket into being); only a purged
+    /// bucket refuses everything, for good.
+    fn check_not_fenced(&self, bucket: &str) -> Result<(), Refusal> {
         match self.buckets.get(bucket) {
-            Some(BucketState::Active) => Ok(()),
             Some(BucketState::Fenced) => Err(Refusal::BucketFenced(bucket.to_owned())),
-            None => Err(Refusal::BucketNotFound(bucket.to_owned())),
+            Some(BucketState::Active) | None => Ok(()),
         }
     }
 
     /// The ID of the live stream at `path`, after expiring it if its time has come.
     fn live_stream(&mut self, path: &StreamPath, now_ms: u64) -> Result<u64, Refusal> {
-        self.check_bucket(&path.bucket)?;
+        self.check_not_fenced(&path.bucket)?;
         let id = self.existing_stream(path, now_ms)?;
         if self.streams[&id].meta.soft_deleted {
             return Err(Refusal::StreamDeleted(path.to_string()));

@@ -77,14 +77,44 @@ fn tail(machine: &Machine, name: &str) -> u64 {
 }
 
 #[test]
-fn streams_live_in_existing_buckets_only() {
+fn buckets_are_implicit_and_a_fenced_one_refuses_creates() {
     let mut m = machine();
     let mut c = create("x");
-    c.path = StreamPath::new("nope", "x");
-    assert_eq!(
-        refused(&mut m, Command::Create(c)),
-        Refusal::BucketNotFound("nope".into())
-    );
+    c.path = StreamPath::new("implicit", "x");
+    assert!(matches!(
+        ok(&mut m, Command::Create(c.clone())),
+        Outcome::StreamCreated { created: true, .. }
+    ));
+    let state = |m: &Machine, name: &str| {
+        m.buckets()
+            .find(|(bucket, _)| bucket.as_str() == name)
+            .map(|(_, state)| state.clone())
+    };
+    assert_eq!(state(&m, "implicit"), Some(BucketState::Active));
+    // The bucket now exists: an explicit create finds it.
+    assert!(matches!(
+        ok(
+            &mut m,
+            Command::CreateBucket {
+                bucket: "implicit".into()
+            }
+        ),
+        Outcome::BucketCreated { created: false }
+    ));
+    // A refused create brings no bucket into being.
+    let mut fork = create("f");
+    fork.path = StreamPath::new("never", "f");
+    fork.fork = Some(ForkSpec {
+        source: StreamPath::new("never", "missing"),
+        offset: None,
+        sub_offset: 0,
+        partial: None,
+    });
+    assert!(matches!(
+        refused(&mut m, Command::Create(fork)),
+        Refusal::ForkSourceNotFound(_)
+    ));
+    assert_eq!(state(&m, "never"), None);
 }
 
 #[test]

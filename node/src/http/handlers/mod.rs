@@ -24,12 +24,8 @@ pub fn live_stream(
     path: &StreamPath,
     now_ms: u64,
 ) -> Result<(Arc<StreamHandle>, Arc<StreamMeta>), ApiError> {
-    match app.engine(&path.bucket)?.bucket(&path.bucket) {
-        Some(BucketState::Active) => {}
-        Some(BucketState::Fenced) => {
-            return Err(Refusal::BucketFenced(path.bucket.clone()).into());
-        }
-        None => return Err(Refusal::BucketNotFound(path.bucket.clone()).into()),
+    if let Some(BucketState::Fenced) = app.engine(&path.bucket)?.bucket(&path.bucket) {
+        return Err(Refusal::BucketFenced(path.bucket.clone()).into());
     }
     match app.engine(&path.bucket)?.lookup(path, now_ms) {
         Lookup::Live(handle, meta) => Ok((handle, meta)),
