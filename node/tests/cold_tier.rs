@@ -450,3 +450,108 @@ fn every_voter_reads_the_cold_records_and_a_new_leader_serves_them() {
         assert_eq!(cluster.read_all("/cold/s").await, expected);
     });
 }
+
+/// "After a marked refusal the node deletes the staged object": a fork create whose part of a
+/// staged record is staged, and whose small inline body takes the group past its hot cap, is
+/// refused with a marked 503 `ColdBackpressure`, and the object staged for it goes; the
+/// staged object of the source stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_marked_refusal_deletes_what_was_staged_for_it() {
+    let s3 = S3Server::start();
+    s3.create_bucket("ursula-refused").await;
+    // Nothing flushes during the test, so local record bytes only grow.
+    let cold = s3.cold_config(
+        "ursula-refused",
+        "r",
+        "flush_interval = \"1h\"\nmax_hot_size_per_group = 4096",
+    );
+    let node = start_in_process(|config| {
+        config.storage.cold = Some(cold);
+        config.runtime.external_payload_min_size = Some(1000);
+    })
+    .await;
+    let client = &node.client;
+    let staged = async || s3.keys("ursula-refused", "r/g0/staged/").await;
+    // The source: one staged record of 1,500 bytes, then 3,996 bytes of inline records.
+    let reply = client.put("/bkt/s", &[TEXT], "L".repeat(1500)).await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text());
+    for _ in 0..4 {
+        let reply = client.post("/bkt/s", &[TEXT], "i".repeat(999)).await;
+        assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.text());
+    }
+    let before = staged().await;
+    assert_eq!(before.len(), 1, "the source's staged record: {before:?}");
+
+    let refused = client
+        .put(
+            "/bkt/f",
+            &[
+                TEXT,
+                ("stream-forked-from", "/bkt/s"),
+                ("stream-fork-offset", &ursula_node::offset::format(0)),
+                ("stream-fork-sub-offset", "1200"),
+            ],
+            "i".repeat(200),
+        )
+        .await;
+    assert_eq!(
+        refused.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        refused.text()
+    );
+    assert_eq!(
+        refused.header("x-ursula-not-applied"),
+        Some("ColdBackpressure")
+    );
+    assert_eq!(metric(&node.admin, "ursula_staged_bodies_total ").await, 2);
+    wait_for("the refused fork's staged part to be deleted", async || {
+        staged().await == before
+    })
+    .await;
+    assert_eq!(client.get("/bkt/f").await.status, StatusCode::NOT_FOUND);
+}
+
+/// The spec's exception for `storage.cold.max_hot_size_per_group = 0` (every body staged): a
+/// node hands every create to Raft without checking leadership, even one with no body, so a
+/// follower's redirect for it carries no marker; an append is still checked first, and its
+/// redirect is marked.
+#[test]
+fn with_a_hot_cap_of_zero_a_followers_create_redirect_is_unmarked() {
+    let s3 = S3Server::start();
+    let rt = runtime();
+    rt.block_on(s3.create_bucket("ursula-zero"));
+    let cold = s3.cold_toml("ursula-zero", "z", "max_hot_size_per_group = 0");
+    let cluster = TestCluster::start(3, &cold);
+    rt.block_on(async {
+        cluster.wait_ready().await;
+        let created = cluster
+            .send(
+                0,
+                Method::PUT,
+                "/zero/s",
+                &[TEXT],
+                Bytes::new(),
+                Duration::from_secs(20),
+            )
+            .await
+            .expect("an answer");
+        assert_eq!(created.status, StatusCode::CREATED, "{}", created.text());
+        let group = cluster.group_of("zero");
+        let leader = cluster.leader_of(group).await.expect("a leader");
+        let follower = cluster.voters[(leader + 1) % 3].client();
+        for (what, body) in [("an empty create", ""), ("a create with a body", "b")] {
+            let reply = follower.put("/zero/new", &[TEXT], body).await;
+            assert_eq!(
+                reply.status,
+                StatusCode::TEMPORARY_REDIRECT,
+                "{what}: {}",
+                reply.text()
+            );
+            assert_eq!(reply.header("x-ursula-not-applied"), None, "{what}");
+        }
+        let append = follower.post("/zero/s", &[TEXT], "a").await;
+        assert_eq!(append.status, StatusCode::TEMPORARY_REDIRECT);
+        assert_eq!(append.header("x-ursula-not-applied"), Some("NotLeader"));
+    });
+}

@@ -107,21 +107,34 @@ pub struct PublishSnapshot {
 }
 
 impl Command {
+    /// The bodies the command carries: a create's fork part and initial body, an append's.
+    fn payloads(&self) -> impl Iterator<Item = &Payload> {
+        let (first, second) = match self {
+            Self::Create(create) => (
+                create
+                    .fork
+                    .as_ref()
+                    .and_then(|fork| fork.partial.as_ref())
+                    .map(|partial| &partial.payload),
+                create.initial.as_ref(),
+            ),
+            Self::Append(append) => (append.payload.as_ref(), None),
+            _ => (None, None),
+        };
+        first.into_iter().chain(second)
+    }
+
     /// Bytes of data the command carries in the log (an append's or a create's body; a staged
     /// body is in object storage and carries none).
     pub fn body_len(&self) -> u64 {
-        match self {
-            Self::Create(create) => {
-                let partial = create.fork.as_ref().and_then(|fork| fork.partial.as_ref());
-                [create.initial.as_ref(), partial.map(|p| &p.payload)]
-                    .into_iter()
-                    .flatten()
-                    .map(|p| p.bytes.len() as u64)
-                    .sum()
-            }
-            Self::Append(append) => append.payload.as_ref().map_or(0, |p| p.bytes.len() as u64),
-            _ => 0,
-        }
+        self.payloads().map(|p| p.bytes.len() as u64).sum()
+    }
+
+    /// The objects of the bodies the node staged for this command.
+    pub fn staged_keys(&self) -> Vec<String> {
+        self.payloads()
+            .filter_map(|p| p.staged.as_ref().map(|staged| staged.key.clone()))
+            .collect()
     }
 }
 

@@ -57,7 +57,6 @@ pub async fn handle(
     let wrote_data = payload.is_some();
     let engine = app.engine(&path.bucket)?.clone();
     let payload = super::stage_if_large(&engine, payload, body_len).await?;
-    let staged = super::staged_key(payload.as_ref());
     let command = Command::Append(AppendStream {
         path,
         content_type: requested_type,
@@ -67,7 +66,7 @@ pub async fn handle(
         producer,
         now_ms: now_ms(),
     });
-    let Outcome::Appended(outcome) = super::propose_staged(&engine, command, staged).await? else {
+    let Outcome::Appended(outcome) = super::propose_staged(&engine, command).await? else {
         return Err(ApiError::new(
             ErrorToken::Internal,
             "unexpected outcome of an append",

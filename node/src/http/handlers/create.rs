@@ -58,9 +58,27 @@ pub async fn handle(
         Some(Payload::inline(body, 1))
     };
 
+    // Bodies are staged once nothing but the proposal can refuse the create: a marked refusal
+    // after this deletes every object staged for it (`propose_staged`).
     let engine = app.engine(&path.bucket)?.clone();
-    let initial = super::stage_if_large(&engine, initial, body_len).await?;
-    let staged = super::staged_key(initial.as_ref());
+    let mut fork = fork.map(|(spec, _)| spec);
+    // A part of a staged record can be as large: staged too, rather than sent through Raft.
+    if let Some(partial) = fork.as_mut().and_then(|spec| spec.partial.as_mut()) {
+        let len = partial.payload.bytes.len() as u64;
+        let staged = super::stage_if_large(&engine, Some(partial.payload.clone()), len).await?;
+        partial.payload = staged.unwrap_or_else(|| Payload::inline(bytes::Bytes::new(), 0));
+    }
+    let initial = match super::stage_if_large(&engine, initial, body_len).await {
+        Ok(initial) => initial,
+        Err(error) => {
+            let partial = fork.as_ref().and_then(|spec| spec.partial.as_ref());
+            let staged = partial.and_then(|partial| partial.payload.staged.as_ref());
+            if let Some(staged) = staged {
+                engine.discard_staged(staged.key.clone());
+            }
+            return Err(error);
+        }
+    };
     let command = Command::Create(CreateStream {
         path,
         content_type: requested_type,
@@ -68,11 +86,10 @@ pub async fn handle(
         expires_at,
         closed,
         initial,
-        fork: fork.map(|(spec, _)| spec),
+        fork,
         now_ms: now,
     });
-    let Outcome::StreamCreated { created, meta } =
-        super::propose_staged(&engine, command, staged).await?
+    let Outcome::StreamCreated { created, meta } = super::propose_staged(&engine, command).await?
     else {
         return Err(ApiError::new(
             ErrorToken::Internal,
@@ -218,12 +235,6 @@ async fn prepare_fork(
         }
         Payload::inline(message.bytes.slice(..fork.sub_offset as usize), 1)
     };
-    // A part of a staged record can be as large: staged too, rather than sent through Raft.
-    let engine = app.engine(&meta.path.bucket)?;
-    let len = payload.bytes.len() as u64;
-    let payload = super::stage_if_large(engine, Some(payload), len)
-        .await?
-        .unwrap_or_else(|| Payload::inline(bytes::Bytes::new(), 0));
     spec.partial = Some(PartialRecord {
         source_id: meta.id,
         payload,

@@ -47,24 +47,17 @@ pub async fn stage_if_large(
     }
 }
 
-pub fn staged_key(payload: Option<&Payload>) -> Option<String> {
-    payload
-        .and_then(|payload| payload.staged.as_ref())
-        .map(|staged| staged.key.clone())
-}
-
-/// Proposes a write; after a refusal that proves nothing was proposed, its staged body (if
-/// any) is deleted.
-pub async fn propose_staged(
-    engine: &Engine,
-    command: Command,
-    staged: Option<String>,
-) -> Result<Outcome, EngineError> {
+/// Proposes a write; after a refusal that proves nothing was proposed (the marked ones), every
+/// body it staged (an initial body, a fork's part) is deleted, as the spec says.
+pub async fn propose_staged(engine: &Engine, command: Command) -> Result<Outcome, EngineError> {
+    let staged = command.staged_keys();
     let result = engine.propose(command).await;
-    if let (Err(error), Some(key)) = (&result, staged)
+    if let Err(error) = &result
         && error.is_before_proposal()
     {
-        engine.discard_staged(key);
+        for key in staged {
+            engine.discard_staged(key);
+        }
     }
     result
 }
