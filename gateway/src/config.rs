@@ -18,6 +18,9 @@ pub struct Config {
     /// Write bodies are buffered so they can be resent after a redirect; larger ones are
     /// refused with 413 `RequestBodyTooLarge`.
     pub max_buffered_body_size: u64,
+    /// The same for snapshot publishes (`PUT .../snapshot/{offset}`), which nodes take up to
+    /// their `server.max_snapshot_size` (256 MiB), so the two limits agree.
+    pub max_buffered_snapshot_size: u64,
     /// Leader redirects followed in a row at most.
     pub max_redirect_hops: u32,
     /// No hop starts later than this after the first redirect.
@@ -55,6 +58,7 @@ impl Default for Config {
             admin_listen: SocketAddr::from(([127, 0, 0, 1], ursula_wire::ports::ADMIN)),
             upstreams: Vec::new(),
             max_buffered_body_size: 64 * 1024 * 1024,
+            max_buffered_snapshot_size: 256 * 1024 * 1024,
             max_redirect_hops: 3,
             redirect_window: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(3),

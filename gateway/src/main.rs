@@ -21,6 +21,7 @@ struct Args {
     #[arg(long = "upstream", value_name = "URL")]
     upstreams: Vec<String>,
     /// TOML config file (listen, admin_listen, upstreams, max_buffered_body_size,
+    /// max_buffered_snapshot_size,
     /// max_redirect_hops, redirect_window, connect_timeout, request_timeout, access_keys_file,
     /// compat_bucket,
     /// upstream_link, shared_tails, collapse_long_polls). Flags override it.

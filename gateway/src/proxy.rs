@@ -137,6 +137,12 @@ fn strip_hop_by_hop(map: &mut HeaderMap) {
     }
 }
 
+/// `/{bucket}/{stream}/snapshot/{offset}` or `/v1/stream/{name}/snapshot/{offset}`.
+fn is_snapshot_path(path: &str) -> bool {
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    segments.len() >= 4 && segments[segments.len() - 2] == "snapshot"
+}
+
 /// The nodes' admin routes live on their admin listeners; the gateway never forwards them.
 /// (The bucket ID `admin` is reserved, so no stream route starts with `/admin/`.)
 fn is_admin_path(path: &str) -> bool {
@@ -260,7 +266,12 @@ impl Gateway {
         }
         // A write's body is kept so that each hop can resend it.
         let body = if write {
-            self.buffer(&parts.headers, incoming).await?
+            let limit = if parts.method == Method::PUT && is_snapshot_path(&path) {
+                self.config.max_buffered_snapshot_size
+            } else {
+                self.config.max_buffered_body_size
+            };
+            self.buffer(&parts.headers, incoming, limit).await?
         } else {
             Bytes::new()
         };
@@ -435,9 +446,13 @@ impl Gateway {
         }
     }
 
-    /// Buffers a write body up to the configured limit.
-    async fn buffer(&self, headers: &HeaderMap, mut incoming: Incoming) -> Result<Bytes, Refusal> {
-        let limit = self.config.max_buffered_body_size;
+    /// Buffers a write body up to `limit` bytes.
+    async fn buffer(
+        &self,
+        headers: &HeaderMap,
+        mut incoming: Incoming,
+        limit: u64,
+    ) -> Result<Bytes, Refusal> {
         let too_large = || {
             Refusal::new(
                 ErrorToken::RequestBodyTooLarge,
@@ -679,6 +694,23 @@ mod tests {
         strip_hop_by_hop(&mut map);
         let left: Vec<&str> = map.keys().map(|k| k.as_str()).collect();
         assert_eq!(left, vec!["content-type"]);
+    }
+
+    #[test]
+    fn snapshot_paths() {
+        for (path, snapshot) in [
+            ("/demo/s/snapshot/0000000000000000_0000000000000010", true),
+            (
+                "/v1/stream/s/snapshot/0000000000000000_0000000000000010",
+                true,
+            ),
+            ("/demo/s", false),
+            ("/demo/snapshot/5", false),
+            ("/demo/s/bootstrap", false),
+            ("/demo/s/retention/5", false),
+        ] {
+            assert_eq!(is_snapshot_path(path), snapshot, "{path}");
+        }
     }
 
     #[test]
