@@ -121,6 +121,15 @@ class ClusterChart(unittest.TestCase):
         _, objects = render(CLUSTER)
         self.assertNotIn("objectStore", objects[0][1]["spec"])
 
+    def test_gateway_options_reach_the_spec(self):
+        options = {"maxBufferedBodySize": 1048576, "maxBufferedSnapshotSize": 536870912,
+                   "requestTimeout": "30s", "accessKeysSecret": "ursula-keys"}
+        _, objects = render(CLUSTER, {"gateway": options})
+        jsonschema.validate(objects[0][1], ursulacluster_schema())
+        self.assertEqual(objects[0][1]["spec"]["gateway"], options)
+        _, objects = render(CLUSTER)
+        self.assertNotIn("gateway", objects[0][1]["spec"])
+
     def test_the_tls_ingress_never_retries(self):
         _, objects = render(
             CLUSTER,
@@ -145,6 +154,9 @@ class ClusterChart(unittest.TestCase):
             {"unknownKey": True},
             {"objectStore": {"bucket": "cold"}},
             {"objectStore": {"bucket": "cold", "credentialsSecret": "s3", "endpoint": "minio:9000"}},
+            {"gateway": {"maxBufferedBodySize": 0}},
+            {"gateway": {"requestTimeout": "soon"}},
+            {"gateway": {"accessKeys": "x"}},
         ]:
             with self.subTest(values=bad), self.assertRaises(helm.HelmValuesError):
                 chart.validate_schema(bad)

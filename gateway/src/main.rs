@@ -27,6 +27,20 @@ struct Args {
     /// upstream_link, shared_tails, collapse_long_polls). Flags override it.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Largest write body buffered, in bytes [config: max_buffered_body_size; default 64 MiB].
+    #[arg(long, value_name = "BYTES")]
+    max_buffered_body_size: Option<u64>,
+    /// Largest snapshot publish buffered, in bytes [config: max_buffered_snapshot_size;
+    /// default 256 MiB].
+    #[arg(long, value_name = "BYTES")]
+    max_buffered_snapshot_size: Option<u64>,
+    /// How long a request that is not a live read may wait for the nodes, e.g. 15s
+    /// [config: request_timeout; default 15s].
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    request_timeout: Option<std::time::Duration>,
+    /// Access control and tenant limits: the keys file (see README) [config: access_keys_file].
+    #[arg(long, value_name = "FILE")]
+    access_keys_file: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -57,6 +71,18 @@ fn main() -> ExitCode {
     }
     if !args.upstreams.is_empty() {
         config.upstreams = args.upstreams;
+    }
+    if let Some(size) = args.max_buffered_body_size {
+        config.max_buffered_body_size = size;
+    }
+    if let Some(size) = args.max_buffered_snapshot_size {
+        config.max_buffered_snapshot_size = size;
+    }
+    if let Some(timeout) = args.request_timeout {
+        config.request_timeout = timeout;
+    }
+    if let Some(file) = args.access_keys_file {
+        config.access_keys_file = Some(file);
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

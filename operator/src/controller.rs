@@ -362,7 +362,7 @@ pub async fn reconcile(cluster: Arc<UrsulaCluster>, ctx: Arc<Context>) -> Result
     apply(
         client,
         &ns,
-        &workloads::gateway_deployment_at(&cluster, &gateway_version),
+        &crate::gateways::gateway_deployment_at(&cluster, &gateway_version),
     )
     .await?;
     for budget in workloads::disruption_budgets(&cluster) {

@@ -50,6 +50,9 @@ pub struct UrsulaClusterSpec {
     /// Compute resources of each gateway.
     #[serde(default)]
     pub gateway_resources: Option<ResourceRequirements>,
+    /// Gateway options: body limits, the request deadline, access control and tenant limits.
+    #[serde(default)]
+    pub gateway: GatewaySpec,
     /// The persistent volume of each voter.
     pub storage: StorageSpec,
     /// Object storage for the cold tier: older records move there from the voters' volumes.
@@ -95,6 +98,35 @@ pub struct ObjectStoreSpec {
     /// Secret in the cluster's namespace with keys `AWS_ACCESS_KEY_ID` and
     /// `AWS_SECRET_ACCESS_KEY`, given to the voters as environment variables.
     pub credentials_secret: String,
+}
+
+/// Options of the gateways. Each field left out keeps the gateway's default.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewaySpec {
+    /// Largest write body a gateway buffers (to resend it on a redirect), in bytes; larger ones
+    /// are refused with 413 `RequestBodyTooLarge`. Default 64 MiB, the nodes'
+    /// `server.max_append_size`.
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub max_buffered_body_size: Option<u64>,
+    /// Largest snapshot publish a gateway buffers, in bytes. Default 256 MiB, the nodes'
+    /// `server.max_snapshot_size`.
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub max_buffered_snapshot_size: Option<u64>,
+    /// How long a request that is not a long-poll or SSE read may wait for the voters,
+    /// redirects included, before the gateway answers 503 `RequestTimeout` (e.g. `15s`, the
+    /// default; keep it above the voters' `server.request_timeout`).
+    #[serde(default)]
+    #[schemars(regex(pattern = r"^[0-9]+(ms|s|m)$"))]
+    pub request_timeout: Option<String>,
+    /// A Secret in the cluster's namespace whose key `access-keys.toml` holds the gateway's
+    /// keys file: bearer tokens and JWT keys with the buckets each may read and write, and
+    /// each tenant's request rates, byte rates and write quota (format in the gateway
+    /// README). Turns access control on; without it the gateways let every request through.
+    #[serde(default)]
+    pub access_keys_secret: Option<String>,
 }
 
 /// What the operator observed and did.

@@ -1,5 +1,6 @@
 //! The Ursula operator's building blocks: the custom resources (`crd`), the pure functions that
-//! turn an `UrsulaCluster` into the Kubernetes objects it needs (`objects`, `workloads`), and the
+//! turn an `UrsulaCluster` into the Kubernetes objects it needs (`objects`, `workloads`,
+//! `gateways`), and the
 //! upgrade planner (`upgrade`), which picks the one next step of a version change.
 //!
 //! Following kube-rs `controller-rs`: read, validate, build desired objects as pure functions,
@@ -8,6 +9,7 @@
 
 pub mod controller;
 pub mod crd;
+pub mod gateways;
 pub mod nodes;
 pub mod objects;
 pub mod purge;

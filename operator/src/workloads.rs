@@ -3,9 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::apps::v1::{
-    Deployment, DeploymentSpec, StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy,
-};
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
     HTTPGetAction, ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec,
@@ -20,7 +18,7 @@ use kube::{Resource, ResourceExt};
 use ursula_wire::ports;
 
 use crate::crd::UrsulaCluster;
-use crate::objects::{InvalidSpec, headless_service_name, node_config, voter_host};
+use crate::objects::{InvalidSpec, headless_service_name, node_config};
 
 pub const NODE: &str = "ursula-node";
 pub const GATEWAY: &str = "ursula-gateway";
@@ -40,7 +38,7 @@ pub fn labels(cluster: &UrsulaCluster, component: &str) -> BTreeMap<String, Stri
     ])
 }
 
-fn meta(cluster: &UrsulaCluster, name: String, component: &str) -> ObjectMeta {
+pub(crate) fn meta(cluster: &UrsulaCluster, name: String, component: &str) -> ObjectMeta {
     ObjectMeta {
         name: Some(name),
         namespace: cluster.namespace(),
@@ -50,14 +48,14 @@ fn meta(cluster: &UrsulaCluster, name: String, component: &str) -> ObjectMeta {
     }
 }
 
-fn selector(cluster: &UrsulaCluster, component: &str) -> LabelSelector {
+pub(crate) fn selector(cluster: &UrsulaCluster, component: &str) -> LabelSelector {
     LabelSelector {
         match_labels: Some(labels(cluster, component)),
         ..LabelSelector::default()
     }
 }
 
-fn port(name: &str, number: u16) -> ContainerPort {
+pub(crate) fn port(name: &str, number: u16) -> ContainerPort {
     ContainerPort {
         name: Some(name.to_owned()),
         container_port: i32::from(number),
@@ -75,7 +73,7 @@ fn service_port(name: &str, number: u16) -> ServicePort {
 }
 
 /// Probes go to the admin listener, never the client one.
-fn probe(path: &str) -> Probe {
+pub(crate) fn probe(path: &str) -> Probe {
     Probe {
         http_get: Some(HTTPGetAction {
             path: Some(path.to_owned()),
@@ -88,7 +86,7 @@ fn probe(path: &str) -> Probe {
     }
 }
 
-fn security() -> PodSecurityContext {
+pub(crate) fn security() -> PodSecurityContext {
     PodSecurityContext {
         run_as_non_root: Some(true),
         run_as_user: Some(USER_ID),
@@ -289,66 +287,6 @@ pub fn statefulset_at(cluster: &UrsulaCluster, version: &str) -> StatefulSet {
     }
 }
 
-/// The gateways, pointed at every voter's client listener directly (nothing in between may
-/// resend requests).
-pub fn gateway_deployment(cluster: &UrsulaCluster) -> Deployment {
-    gateway_deployment_at(cluster, &cluster.spec.version)
-}
-
-/// The gateways with their pod template at `version`.
-pub fn gateway_deployment_at(cluster: &UrsulaCluster, version: &str) -> Deployment {
-    let spec = &cluster.spec;
-    let mut args = vec![
-        "--listen".to_owned(),
-        format!("0.0.0.0:{}", ports::CLIENT),
-        "--admin-listen".to_owned(),
-        format!("0.0.0.0:{}", ports::ADMIN),
-    ];
-    for ordinal in 0..spec.voters {
-        args.push("--upstream".to_owned());
-        args.push(format!(
-            "http://{}:{}",
-            voter_host(cluster, ordinal),
-            ports::CLIENT
-        ));
-    }
-    let container = Container {
-        name: "gateway".to_owned(),
-        image: Some(format!("{}:{version}", spec.gateway_image)),
-        args: Some(args),
-        ports: Some(vec![
-            port("client", ports::CLIENT),
-            port("admin", ports::ADMIN),
-        ]),
-        readiness_probe: Some(probe("/readyz")),
-        liveness_probe: Some(probe("/healthz")),
-        resources: spec.gateway_resources.clone(),
-        ..Container::default()
-    };
-    Deployment {
-        metadata: meta(cluster, format!("{}-gateway", cluster.name_any()), GATEWAY),
-        spec: DeploymentSpec {
-            replicas: Some(i32::from(spec.gateway_replicas)),
-            selector: selector(cluster, GATEWAY),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels(cluster, GATEWAY)),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
-                    containers: vec![container],
-                    security_context: Some(security()),
-                    service_account_name: Some(service_account_name(cluster)),
-                    automount_service_account_token: Some(false),
-                    ..PodSpec::default()
-                }),
-            },
-            ..DeploymentSpec::default()
-        },
-        ..Deployment::default()
-    }
-}
-
 /// Voluntary disruptions never take a majority of voters: at most (voters - 1) / 2 may be
 /// down (0 of 1, 1 of 3, 2 of 5). At least one gateway stays up when there are several.
 pub fn disruption_budgets(cluster: &UrsulaCluster) -> [PodDisruptionBudget; 2] {
@@ -378,11 +316,12 @@ pub fn disruption_budgets(cluster: &UrsulaCluster) -> [PodDisruptionBudget; 2] {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::crd::{StorageSpec, UrsulaClusterSpec};
 
-    fn cluster(voters: u8, gateways: u16) -> UrsulaCluster {
+    /// `prod` in namespace `ns`, at version 1.2.3.
+    pub(crate) fn cluster(voters: u8, gateways: u16) -> UrsulaCluster {
         let mut cluster = UrsulaCluster::new(
             "prod",
             UrsulaClusterSpec {
@@ -393,6 +332,7 @@ mod tests {
                 gateway_replicas: gateways,
                 node_resources: None,
                 gateway_resources: None,
+                gateway: Default::default(),
                 storage: StorageSpec {
                     size: "20Gi".into(),
                     class_name: Some("fast".into()),
@@ -432,7 +372,7 @@ mod tests {
         assert_eq!(account.metadata.name.as_deref(), Some("prod-ursula"));
         assert_eq!(account.automount_service_account_token, Some(false));
         let set = statefulset(&uc);
-        let gateways = gateway_deployment(&uc);
+        let gateways = crate::gateways::gateway_deployment(&uc);
         for pod in [
             set.spec.template.spec.as_ref().unwrap(),
             gateways.spec.template.spec.as_ref().unwrap(),
@@ -539,31 +479,6 @@ mod tests {
                     "AWS_SECRET_ACCESS_KEY".to_owned(),
                     secret("AWS_SECRET_ACCESS_KEY")
                 ),
-            ]
-        );
-    }
-
-    #[test]
-    fn gateways_point_at_every_voter_directly() {
-        let deployment = gateway_deployment(&cluster(3, 2));
-        let spec = &deployment.spec;
-        assert_eq!(spec.replicas, Some(2));
-        let gateway = &spec.template.spec.as_ref().unwrap().containers[0];
-        assert_eq!(gateway.image.as_deref(), Some("reg/ursula-gateway:1.2.3"));
-        let upstreams: Vec<&String> = gateway
-            .args
-            .as_ref()
-            .unwrap()
-            .windows(2)
-            .filter(|w| w[0] == "--upstream")
-            .map(|w| &w[1])
-            .collect();
-        assert_eq!(
-            upstreams,
-            vec![
-                "http://prod-0.prod-headless.ns.svc:4437",
-                "http://prod-1.prod-headless.ns.svc:4437",
-                "http://prod-2.prod-headless.ns.svc:4437"
             ]
         );
     }
