@@ -65,6 +65,11 @@ impl Voters {
     /// Three voters with fast elections (50 ms heartbeats, 300 ms election timeout), so that
     /// the failover these tests cause takes a fraction of a second.
     pub fn start() -> Self {
+        Self::start_with("", "")
+    }
+
+    /// The same, with `server` and `raft` added to each voter's `[server]` and `[raft]` tables.
+    pub fn start_with(server: &str, raft: &str) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let ports = free_ports(9);
         let mut peers = String::new();
@@ -82,7 +87,7 @@ impl Voters {
             std::fs::write(
                 &config,
                 format!(
-                    "node_id = {}\ndata_dir = {:?}\n[server]\nlisten = \"127.0.0.1:{}\"\nadmin_listen = \"127.0.0.1:{}\"\ncluster_listen = \"127.0.0.1:{}\"\n[raft]\ngroup_count = 4\nheartbeat_interval = \"50ms\"\nelection_timeout = \"300ms\"\n[raft.wal]\nmin_available_size = 1048576\nresume_available_size = 2097152\n{peers}",
+                    "node_id = {}\ndata_dir = {:?}\n[server]\nlisten = \"127.0.0.1:{}\"\nadmin_listen = \"127.0.0.1:{}\"\ncluster_listen = \"127.0.0.1:{}\"\n{server}\n[raft]\ngroup_count = 4\nheartbeat_interval = \"50ms\"\nelection_timeout = \"300ms\"\n{raft}\n[raft.wal]\nmin_available_size = 1048576\nresume_available_size = 2097152\n{peers}",
                     id + 1,
                     dir.path().join(format!("node-{}", id + 1)),
                     ports[3 * id],
