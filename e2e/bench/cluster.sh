@@ -5,7 +5,9 @@
 # starts at voter 1 and follows 307s to each stream's leader, as a client does.
 #
 # Usage: e2e/bench/cluster.sh [--rounds N] [--duration 10s] [--writers 32] [--voter-workers 1]
-#                             [--buckets 16]
+#                             [--buckets 16] [--node BIN]
+#   --node           the ursula-node binary to measure (default: this checkout's release build),
+#                    e.g. an older build for an A/B of cluster/single ratios
 #   --buckets        how many buckets the 100 streams are spread over. A bucket's streams
 #                    live in one Raft group: 16 spreads the load over the groups (each group
 #                    gets ~2 writers); 1 puts it all on one group (one hot bucket).
@@ -24,6 +26,7 @@ duration=10s
 writers=32
 voter_workers=1
 buckets=16
+node=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds="$2"; shift 2 ;;
@@ -31,12 +34,13 @@ while [ $# -gt 0 ]; do
     --writers) writers="$2"; shift 2 ;;
     --voter-workers) voter_workers="$2"; shift 2 ;;
     --buckets) buckets="$2"; shift 2 ;;
+    --node) node="$(realpath "$2")"; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
 
 cargo build --release --locked -p ursula-node -p ursula-bench
-node="$root/target/release/ursula-node"
+node="${node:-$root/target/release/ursula-node}"
 bench="$root/target/release/ursula-bench"
 work="$(mktemp -d)"
 pids=()

@@ -167,7 +167,6 @@ async fn past_the_hot_cap_writes_are_refused_marked_until_flushing_catches_up() 
     })
     .await;
     let client = &node.client;
-    create(client, "/bkt", &[]).await;
     create(client, "/bkt/s", &[TEXT]).await;
     let body = "z".repeat(1000);
     let mut accepted = 0u64;
@@ -230,7 +229,6 @@ async fn the_sweep_deletes_objects_of_deleted_streams_and_behind_retention() {
     );
     let node = start_in_process(|config| config.storage.cold = Some(cold)).await;
     let client = &node.client;
-    create(client, "/bkt", &[]).await;
     for stream in ["/bkt/gone", "/bkt/kept"] {
         create(client, stream, &[TEXT]).await;
     }
@@ -294,7 +292,6 @@ async fn large_bodies_are_staged_in_object_storage_and_read_back() {
     })
     .await;
     let client = &node.client;
-    create(client, "/bkt", &[]).await;
     // A create with a large body, and appends: large ones staged, small ones inline (and
     // flushed in 4 KiB objects between the staged ones).
     let first = "c".repeat(1500);
