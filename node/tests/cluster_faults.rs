@@ -146,6 +146,22 @@ async fn verify(cluster: &TestCluster, acked: &HashMap<usize, u64>) {
         }
         cluster.wait_replicas_equal(bucket, "s", &bytes).await;
     }
+    // Every request was answered within the deadline (`server.request_timeout`, 5 s; a second
+    // more for reading a body and writing the answer), however slow the machine.
+    for (i, voter) in cluster.voters.iter().enumerate() {
+        if !voter.is_running() {
+            continue;
+        }
+        let slowest = cluster
+            .slowest_request(i)
+            .await
+            .expect("the voter's metrics");
+        assert!(
+            slowest <= 6.0,
+            "voter {} answered a request after {slowest:.2} s",
+            voter.id
+        );
+    }
 }
 
 /// Runs `fault` while producers append, then checks everything.

@@ -303,6 +303,18 @@ impl TestCluster {
         Some(reply.text())
     }
 
+    /// The longest client request voter `i` has answered since it started, in seconds
+    /// (`ursula_http_request_seconds_max`; live reads are not counted).
+    pub async fn slowest_request(&self, i: usize) -> Option<f64> {
+        let text = self.metrics(i).await?;
+        text.lines().find_map(|line| {
+            line.strip_prefix("ursula_http_request_seconds_max ")?
+                .trim()
+                .parse()
+                .ok()
+        })
+    }
+
     /// Whether voter `i` says it leads `group` (a cut-off leader still does).
     pub async fn leads(&self, i: usize, group: usize) -> bool {
         let needle = format!("ursula_group_is_leader{{group=\"{group}\"}} 1");
