@@ -5,9 +5,10 @@
 # starts at voter 1 and follows 307s to each stream's leader, as a client does.
 #
 # Usage: e2e/bench/cluster.sh [--rounds N] [--duration 10s] [--writers 32] [--voter-workers 1]
-#                             [--buckets 16] [--node BIN]
+#                             [--buckets 16] [--node BIN] [--raft 'key = value']
 #   --node           the ursula-node binary to measure (default: this checkout's release build),
 #                    e.g. an older build for an A/B of cluster/single ratios
+#   --raft           a line added to each voter's [raft] table (repeatable)
 #   --buckets        how many buckets the 100 streams are spread over. A bucket's streams
 #                    live in one Raft group: 16 spreads the load over the groups (each group
 #                    gets ~2 writers); 1 puts it all on one group (one hot bucket).
@@ -27,6 +28,7 @@ writers=32
 voter_workers=1
 buckets=16
 node=""
+raft_extra=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds="$2"; shift 2 ;;
@@ -35,6 +37,7 @@ while [ $# -gt 0 ]; do
     --voter-workers) voter_workers="$2"; shift 2 ;;
     --buckets) buckets="$2"; shift 2 ;;
     --node) node="$(realpath "$2")"; shift 2 ;;
+    --raft) raft_extra+="$2\n"; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -65,7 +68,7 @@ for id in 1 2 3; do
 done
 for id in 1 2 3; do
   p=$((4740 + 10 * id))
-  printf "node_id = $id\ndata_dir = \"$work/voter-$id\"\n[server]\nlisten = \"127.0.0.1:$p\"\nadmin_listen = \"127.0.0.1:$((p + 1))\"\ncluster_listen = \"127.0.0.1:$((p + 2))\"\n$runtime[raft]\ngroup_count = 16\n$peers" \
+  printf "node_id = $id\ndata_dir = \"$work/voter-$id\"\n[server]\nlisten = \"127.0.0.1:$p\"\nadmin_listen = \"127.0.0.1:$((p + 1))\"\ncluster_listen = \"127.0.0.1:$((p + 2))\"\n$runtime[raft]\ngroup_count = 16\n$raft_extra$peers" \
     >"$work/voter-$id.toml"
   "$node" --config "$work/voter-$id.toml" 2>"$work/voter-$id.log" &
   pids+=($!); voter_pids+="${voter_pids:+,}$!"
