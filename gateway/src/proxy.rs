@@ -559,12 +559,7 @@ impl Prepared {
 
     /// A long-poll or SSE read: it waits for data by design, up to the node's own limits.
     pub(crate) fn is_live_read(&self) -> bool {
-        self.parts.method == Method::GET
-            && self
-                .parts
-                .uri
-                .query()
-                .is_some_and(|query| query.split('&').any(|pair| pair.starts_with("live=")))
+        self.parts.method == Method::GET && ursula_wire::is_live_read(self.parts.uri.query())
     }
 
     /// Part of a sharing key: the node adds CORS headers to the answer to any request with an

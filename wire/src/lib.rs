@@ -34,6 +34,12 @@ impl ErrorBody {
     }
 }
 
+/// Whether a GET with this query string is a live read (`live=long-poll` or `live=sse`), which
+/// waits for data by design: request deadlines and latency figures leave those out.
+pub fn is_live_read(query: Option<&str>) -> bool {
+    query.is_some_and(|query| query.split('&').any(|pair| pair.starts_with("live=")))
+}
+
 /// Ports of the configuration contract.
 pub mod ports {
     pub const CLIENT: u16 = 4437;
@@ -51,5 +57,18 @@ mod tests {
         let value: serde_json::Value = serde_json::from_slice(&body.to_json()).unwrap();
         assert_eq!(value["error"], "StreamNotFound");
         assert_eq!(value["message"], "stream demo/x does not exist");
+    }
+
+    #[test]
+    fn live_reads_are_long_polls_and_sse() {
+        for (query, live) in [
+            (Some("offset=-1&live=sse"), true),
+            (Some("live=long-poll&offset=5"), true),
+            (Some("offset=-1"), false),
+            (Some("alive=1"), false),
+            (None, false),
+        ] {
+            assert_eq!(is_live_read(query), live, "{query:?}");
+        }
     }
 }

@@ -163,10 +163,7 @@ pub async fn handle(
     let started = std::time::Instant::now();
     let cors = request.headers().contains_key(http::header::ORIGIN);
     let uri = request.uri().clone();
-    let live = request.method() == Method::GET
-        && uri
-            .query()
-            .is_some_and(|query| query.split('&').any(|pair| pair.starts_with("live=")));
+    let live = request.method() == Method::GET && ursula_wire::is_live_read(uri.query());
     let mut response = dispatch(&app, request).await.unwrap_or_else(|error| {
         if matches!(
             error.token,
