@@ -17,9 +17,11 @@ pub struct Config {
     pub upstreams: Vec<String>,
     /// Write bodies are buffered so they can be resent after a redirect; larger ones are
     /// refused with 413 `RequestBodyTooLarge`.
+    #[serde(deserialize_with = "ursula_wire::size::bytes")]
     pub max_buffered_body_size: u64,
     /// The same for snapshot publishes (`PUT .../snapshot/{offset}`), which nodes take up to
     /// their `server.max_snapshot_size` (256 MiB), so the two limits agree.
+    #[serde(deserialize_with = "ursula_wire::size::bytes")]
     pub max_buffered_snapshot_size: u64,
     /// Leader redirects followed in a row at most.
     pub max_redirect_hops: u32,

@@ -45,10 +45,13 @@ pub struct ServerConfig {
     /// The bucket that `/v1/stream/{name}` addresses; created at start-up.
     pub compat_bucket: String,
     /// Largest body of an append or create, in bytes.
+    #[serde(deserialize_with = "ursula_wire::size::bytes")]
     pub max_append_size: u64,
     /// Largest snapshot body, in bytes.
+    #[serde(deserialize_with = "ursula_wire::size::bytes")]
     pub max_snapshot_size: u64,
     /// About how many bytes one catch-up response or SSE data event carries.
+    #[serde(deserialize_with = "ursula_wire::size::bytes")]
     pub read_chunk_size: usize,
     /// SSE connections close after this long so that intermediaries can collapse requests;
     /// clients resume from the last `streamNextOffset`.
@@ -56,6 +59,7 @@ pub struct ServerConfig {
     pub sse_max_duration: Duration,
     /// Write bodies the node holds at once (received, not yet durable); a write whose body
     /// does not fit is refused with 503 `IngressBodyBytesLimitReached`.
+    #[serde(deserialize_with = "ursula_wire::size::bytes")]
     pub http_inflight_body_size: u64,
     /// On SIGTERM, how long requests in flight may take to finish.
     #[serde(deserialize_with = "duration")]
@@ -75,6 +79,7 @@ pub struct ServerConfig {
 pub struct RaftConfig {
     /// Log bytes not yet covered by a checkpoint that the node aims to stay under. Past twice
     /// this, writes with a body are refused (`RaftLogPressure`) until it is below 1.5 times.
+    #[serde(deserialize_with = "ursula_wire::size::bytes")]
     pub snapshot_log_budget: u64,
     pub wal: WalConfig,
     /// Raft groups streams are spread over (by bucket). Fixed for the life of a cluster.
@@ -100,6 +105,7 @@ pub struct RaftConfig {
     pub entries_kept_after_snapshot: u64,
     /// Bytes of creates and appends a group may have proposed but not yet applied; more are
     /// refused (`RaftUncommittedBackpressure`).
+    #[serde(deserialize_with = "ursula_wire::size::bytes")]
     pub max_uncommitted_size_per_group: u64,
     /// Groups replicated by a subset of the voters; a group not listed is on every voter.
     pub group_voters: Vec<GroupVoters>,
@@ -127,8 +133,10 @@ pub struct Peer {
 pub struct WalConfig {
     /// Below this much free space on the log's filesystem, writes are refused
     /// (`WalDiskPressure`).
+    #[serde(deserialize_with = "ursula_wire::size::bytes")]
     pub min_available_size: u64,
     /// Writes pass again once free space is back to this much.
+    #[serde(deserialize_with = "ursula_wire::size::bytes")]
     pub resume_available_size: u64,
     /// How often free space is sampled (statvfs).
     #[serde(deserialize_with = "duration")]
@@ -138,6 +146,7 @@ pub struct WalConfig {
     #[serde(deserialize_with = "duration")]
     pub checkpoint_interval: Duration,
     /// Size of a log segment file, preallocated before use.
+    #[serde(deserialize_with = "ursula_wire::size::bytes")]
     pub segment_size: u64,
 }
 
@@ -208,9 +217,11 @@ pub struct ColdConfig {
     pub secret_access_key: Option<String>,
     /// Record bytes a Raft group may hold on local disk. Creates and appends whose body would
     /// take it past this are refused (`ColdBackpressure`) until cold flush catches up.
+    #[serde(deserialize_with = "ursula_wire::size::bytes")]
     pub max_hot_size_per_group: u64,
     /// About how many bytes one cold object holds: a stream is flushed once this much of it
     /// is on local disk, or sooner when its group nears `max_hot_size_per_group`.
+    #[serde(deserialize_with = "ursula_wire::size::bytes")]
     pub segment_size: u64,
     /// How often a group's leader looks for records to flush.
     #[serde(deserialize_with = "duration")]
@@ -224,6 +235,7 @@ pub struct ColdConfig {
     #[serde(deserialize_with = "duration")]
     pub sweep_grace: Duration,
     /// Decoded cold objects kept in memory for readers, in bytes.
+    #[serde(deserialize_with = "ursula_wire::size::bytes")]
     pub read_cache_size: u64,
 }
 
@@ -253,6 +265,7 @@ pub struct RuntimeConfig {
     pub worker_threads: Option<usize>,
     /// With a cold tier: a create or append body of at least this many bytes is written to
     /// object storage before the write is proposed, and only its name goes through Raft.
+    #[serde(deserialize_with = "ursula_wire::size::optional_bytes")]
     pub external_payload_min_size: Option<u64>,
 }
 
@@ -599,5 +612,23 @@ mod tests {
     fn bad_durations_are_refused() {
         let error = Config::from_toml("[server]\nlong_poll_timeout = \"soon\"\n").unwrap_err();
         assert!(error.contains("soon"), "{error}");
+    }
+
+    #[test]
+    fn sizes_take_units_and_a_bad_one_names_its_key() {
+        let config = Config::from_toml(
+            "[server]\nmax_append_size = \"16MiB\"\nread_chunk_size = 65536\n\
+             [raft.wal]\nmin_available_size = \"1TiB\"\nresume_available_size = \"2TiB\"\n\
+             [runtime]\nexternal_payload_min_size = \"512KiB\"\n",
+        )
+        .expect("sizes with units");
+        assert_eq!(config.server.max_append_size, 16 << 20);
+        assert_eq!(config.server.read_chunk_size, 65536);
+        assert_eq!(config.raft.wal.min_available_size, 1 << 40);
+        assert_eq!(config.runtime.external_payload_min_size, Some(512 << 10));
+        let error =
+            Config::from_toml("[raft.wal]\nmin_available_size = \"1 terabyte\"\n").unwrap_err();
+        assert!(error.contains("min_available_size"), "{error}");
+        assert!(error.contains("KiB, MiB, GiB or TiB"), "{error}");
     }
 }
