@@ -142,7 +142,10 @@ mod tests {
         let deployment = gateway_deployment(&cluster(3, 2));
         let spec = &deployment.spec;
         assert_eq!(spec.replicas, Some(2));
-        let gateway = &spec.template.spec.as_ref().unwrap().containers[0];
+        let pod = spec.template.spec.as_ref().unwrap();
+        assert_eq!(pod.service_account_name.as_deref(), Some("prod-ursula"));
+        assert_eq!(pod.automount_service_account_token, Some(false));
+        let gateway = &pod.containers[0];
         assert_eq!(gateway.image.as_deref(), Some("reg/ursula-gateway:1.2.3"));
         let upstreams: Vec<&String> = gateway
             .args

@@ -371,15 +371,11 @@ pub(crate) mod tests {
         let account = service_account(&uc);
         assert_eq!(account.metadata.name.as_deref(), Some("prod-ursula"));
         assert_eq!(account.automount_service_account_token, Some(false));
+        // The gateways' pods: `gateways::tests::gateways_point_at_every_voter_directly`.
         let set = statefulset(&uc);
-        let gateways = crate::gateways::gateway_deployment(&uc);
-        for pod in [
-            set.spec.template.spec.as_ref().unwrap(),
-            gateways.spec.template.spec.as_ref().unwrap(),
-        ] {
-            assert_eq!(pod.service_account_name.as_deref(), Some("prod-ursula"));
-            assert_eq!(pod.automount_service_account_token, Some(false));
-        }
+        let pod = set.spec.template.spec.as_ref().unwrap();
+        assert_eq!(pod.service_account_name.as_deref(), Some("prod-ursula"));
+        assert_eq!(pod.automount_service_account_token, Some(false));
         // A template at another version than the spec's, for a step of an upgrade.
         let older = statefulset_at(&uc, "1.2.2");
         assert_eq!(
