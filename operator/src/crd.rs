@@ -51,8 +51,9 @@ pub struct UrsulaClusterSpec {
     #[serde(default)]
     pub gateway_resources: Option<ResourceRequirements>,
     /// Gateway options: body limits, the request deadline, access control and tenant limits.
+    /// Without it the gateways keep their defaults.
     #[serde(default)]
-    pub gateway: GatewaySpec,
+    pub gateway: Option<GatewaySpec>,
     /// The persistent volume of each voter.
     pub storage: StorageSpec,
     /// Object storage for the cold tier: older records move there from the voters' volumes.

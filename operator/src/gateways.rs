@@ -43,7 +43,7 @@ pub fn gateway_deployment_at(cluster: &UrsulaCluster, version: &str) -> Deployme
             ports::CLIENT
         ));
     }
-    let options = &spec.gateway;
+    let options = spec.gateway.clone().unwrap_or_default();
     let flags = [
         (
             "--max-buffered-body-size",
@@ -197,7 +197,7 @@ mod tests {
         ];
         for (options, expected) in cases {
             let mut uc = cluster(3, 2);
-            uc.spec.gateway = options.clone();
+            uc.spec.gateway = Some(options.clone());
             let deployment = gateway_deployment(&uc);
             let args = args_of(&deployment);
             let names = [

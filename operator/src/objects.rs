@@ -221,7 +221,7 @@ mod tests {
                 gateway_replicas: 2,
                 node_resources: None,
                 gateway_resources: None,
-                gateway: Default::default(),
+                gateway: None,
                 storage: StorageSpec {
                     size: "10Gi".into(),
                     class_name: None,

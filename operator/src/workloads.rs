@@ -332,7 +332,7 @@ pub(crate) mod tests {
                 gateway_replicas: gateways,
                 node_resources: None,
                 gateway_resources: None,
-                gateway: Default::default(),
+                gateway: None,
                 storage: StorageSpec {
                     size: "20Gi".into(),
                     class_name: Some("fast".into()),
