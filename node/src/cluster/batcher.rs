@@ -12,7 +12,8 @@ use tokio::sync::{oneshot, watch};
 
 use super::coalesce::{Coalescer, Item};
 use super::types::Raft;
-use crate::engine::{EngineError, UncommittedGuard};
+use crate::engine::error::EngineError;
+use crate::engine::uncommitted::UncommittedGuard;
 use crate::machine::{Command, Outcome};
 
 /// Entries of one group in flight at once. Fewer, fuller entries are what makes a busy group

@@ -17,6 +17,7 @@
 
 pub mod batcher;
 pub mod bootstrap;
+mod call_error;
 pub mod coalesce;
 pub mod frame;
 mod link_health;
@@ -113,9 +114,11 @@ pub fn cluster_urls(view: &ClusterView) -> HashMap<NodeId, String> {
 pub async fn propose_batch(
     raft: &Raft,
     commands: Vec<crate::machine::Command>,
-) -> Result<Vec<Result<crate::machine::Outcome, crate::machine::Refusal>>, crate::engine::EngineError>
-{
-    use crate::engine::EngineError;
+) -> Result<
+    Vec<Result<crate::machine::Outcome, crate::machine::Refusal>>,
+    crate::engine::error::EngineError,
+> {
+    use crate::engine::error::EngineError;
     use openraft::error::{ClientWriteError, RaftError};
     let expected = commands.len();
     match raft.client_write(types::Batch(commands)).await {
@@ -140,11 +143,11 @@ pub async fn propose_batch(
 pub async fn propose(
     raft: &Raft,
     command: crate::machine::Command,
-) -> Result<crate::machine::Outcome, crate::engine::EngineError> {
+) -> Result<crate::machine::Outcome, crate::engine::error::EngineError> {
     let mut results = propose_batch(raft, vec![command]).await?;
     match results.pop() {
-        Some(result) => result.map_err(crate::engine::EngineError::Refused),
-        None => Err(crate::engine::EngineError::Replication(
+        Some(result) => result.map_err(crate::engine::error::EngineError::Refused),
+        None => Err(crate::engine::error::EngineError::Replication(
             "the state machine gave no answer".into(),
         )),
     }

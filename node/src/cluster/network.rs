@@ -25,6 +25,7 @@ use openraft::raft::{
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::call_error::PostError;
 use super::link_health::LinkHealth;
 use super::peer_link::{CallKind, PeerLink};
 use super::types::{NodeId, TypeConfig};
@@ -151,23 +152,6 @@ impl PeerConnection {
         let answer: Result<Resp, RaftError<NodeId, E>> =
             postcard::from_bytes(&bytes).map_err(|e| network_error(e.to_string()))?;
         answer.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
-    }
-}
-
-#[derive(Debug, Clone)]
-pub(super) enum PostError {
-    /// No connection to the peer: nothing was sent.
-    Connect(String),
-    TimedOut,
-    Other(String),
-}
-
-impl PostError {
-    fn describe(&self, timeout: Duration) -> String {
-        match self {
-            Self::Connect(message) | Self::Other(message) => message.clone(),
-            Self::TimedOut => format!("no answer within {timeout:?}"),
-        }
     }
 }
 

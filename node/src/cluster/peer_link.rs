@@ -14,9 +14,9 @@ use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::{Mutex, oneshot};
 
+use super::call_error::PostError;
 use super::coalesce::{Coalescer, Item};
 use super::frame;
-use super::network::PostError;
 
 /// Exchanges with one peer in flight at once. One measured 15% less CPU per append than two
 /// (3 voters, 16 groups, 32 writers): calls wait a little longer and go in bigger batches.

@@ -309,7 +309,7 @@ mod tests {
                 .await
                 .expect_err("group 0 is not hosted");
             assert!(
-                matches!(&error, crate::cluster::network::PostError::Other(m) if m.contains("no such group")),
+                matches!(&error, crate::cluster::call_error::PostError::Other(m) if m.contains("no such group")),
                 "{error:?}"
             );
         }
@@ -324,7 +324,7 @@ mod tests {
         .await
         .expect_err("group 0 is not hosted");
         assert!(
-            matches!(&error, crate::cluster::network::PostError::Other(m) if m.contains("404")),
+            matches!(&error, crate::cluster::call_error::PostError::Other(m) if m.contains("404")),
             "{error:?}"
         );
     }

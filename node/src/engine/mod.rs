@@ -3,10 +3,12 @@
 
 mod applier;
 mod cold;
+pub mod error;
 mod metrics;
 mod read;
 mod registry;
 mod touch;
+pub mod uncommitted;
 mod writer;
 
 use std::path::Path;
@@ -16,17 +18,19 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, oneshot};
 
 pub use applier::AppliedBatch;
+pub use error::EngineError;
 pub use metrics::Metrics;
 pub use read::{ReadError, Slice};
 pub use registry::{RenderKey, Rendered, StreamHandle};
 
 use crate::cluster::types::{NodeId, Raft};
-use crate::machine::{BucketState, Command, Limits, Outcome, Refusal, StreamMeta, StreamPath};
+use crate::machine::{BucketState, Command, Limits, Outcome, StreamMeta, StreamPath};
+use crate::storage::Store;
 use crate::storage::wal::{Replay, Wal};
-use crate::storage::{StorageError, Store};
 use applier::Applier;
 pub use registry::Registry;
 use touch::TouchTracker;
+pub use uncommitted::UncommittedGuard;
 use writer::{Proposal, Writer};
 
 /// Proposals waiting for the writer; beyond this, proposers wait (backpressure).
@@ -35,56 +39,6 @@ const INBOX_CAPACITY: usize = 16 * 1024;
 const APPLIER_BACKLOG: usize = 4096;
 /// Memory for tail caches across all streams.
 const TAIL_CACHE_BYTES: usize = 256 * 1024 * 1024;
-
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum EngineError {
-    #[error(transparent)]
-    Refused(#[from] Refusal),
-    #[error("storage failed: {0}")]
-    Storage(String),
-    #[error("the node is shutting down")]
-    Stopped,
-    /// This node does not lead the group; `leader` is the one it knows of, if any.
-    #[error("this node does not lead the stream's Raft group")]
-    NotLeader { leader: Option<NodeId> },
-    #[error("replication failed: {0}")]
-    Replication(String),
-    /// No answer within `server.request_timeout`. The command may have been proposed, and may
-    /// still apply.
-    #[error(
-        "no answer within server.request_timeout ({0:?}); the write may still apply: retry it (with the same producer headers, for exactly once)"
-    )]
-    TimedOut(std::time::Duration),
-    /// Refused before proposing: the group has too many body bytes proposed and not applied.
-    #[error(
-        "the stream's Raft group has {proposed} body bytes proposed and not yet applied, at most {limit} may be"
-    )]
-    UncommittedBackpressure { proposed: u64, limit: u64 },
-    /// A body could not be staged in object storage; nothing was proposed.
-    #[error("cannot stage the body in object storage: {0}")]
-    Staging(String),
-    /// Refused before proposing: the group's records on local disk would exceed the hot cap.
-    #[error(
-        "the stream's Raft group holds {local} bytes of records on local disk, at most {limit} may be until cold flush catches up"
-    )]
-    ColdBackpressure { local: u64, limit: u64 },
-}
-
-impl EngineError {
-    /// Whether this refusal came before anything was proposed (the engine's own checks).
-    pub fn is_before_proposal(&self) -> bool {
-        matches!(
-            self,
-            Self::UncommittedBackpressure { .. } | Self::ColdBackpressure { .. } | Self::Staging(_)
-        )
-    }
-}
-
-impl From<StorageError> for EngineError {
-    fn from(e: StorageError) -> Self {
-        Self::Storage(e.to_string())
-    }
-}
 
 /// What a reader finds at a path.
 pub enum Lookup {
@@ -100,21 +54,6 @@ enum Proposer {
     Local(mpsc::Sender<Proposal>),
     /// The group's Raft instance and its proposal batcher, set once it has started.
     Raft(std::sync::OnceLock<(Raft, Arc<crate::cluster::batcher::Batcher>)>),
-}
-
-/// Releases a body's bytes from the group's proposed-but-unapplied count. It travels with its
-/// proposal, so the bytes count until the proposal is answered or dropped unsent, however
-/// long its caller waits.
-pub struct UncommittedGuard {
-    counter: Arc<std::sync::atomic::AtomicU64>,
-    bytes: u64,
-}
-
-impl Drop for UncommittedGuard {
-    fn drop(&mut self) {
-        self.counter
-            .fetch_sub(self.bytes, std::sync::atomic::Ordering::AcqRel);
-    }
 }
 
 /// Where the leader of an engine's group is, as this node knows it.
@@ -371,7 +310,11 @@ impl Engine {
             }
             Proposer::Raft(slot) => {
                 let (_, batcher) = slot.get().ok_or(EngineError::NotLeader { leader: None })?;
-                let held = self.hold_uncommitted(command.body_len())?;
+                let held = UncommittedGuard::hold(
+                    &self.uncommitted,
+                    command.body_len(),
+                    self.max_uncommitted,
+                )?;
                 batcher.submit(command, held)
             }
         };
@@ -394,30 +337,6 @@ impl Engine {
 
     pub fn is_draining(&self) -> bool {
         self.draining.load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    /// Counts a body as proposed until the guard drops, or refuses it (before anything is
-    /// proposed) when the group already has too much proposed and not yet applied.
-    fn hold_uncommitted(&self, bytes: u64) -> Result<Option<UncommittedGuard>, EngineError> {
-        use std::sync::atomic::Ordering;
-        if bytes == 0 {
-            return Ok(None);
-        }
-        let held = self
-            .uncommitted
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| {
-                (now.saturating_add(bytes) <= self.max_uncommitted).then_some(now + bytes)
-            });
-        match held {
-            Ok(_) => Ok(Some(UncommittedGuard {
-                counter: self.uncommitted.clone(),
-                bytes,
-            })),
-            Err(now) => Err(EngineError::UncommittedBackpressure {
-                proposed: now,
-                limit: self.max_uncommitted,
-            }),
-        }
     }
 
     /// Pending TTL resets from reads, as a command for the group's leader to propose.

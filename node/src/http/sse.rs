@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use ursula_wire::headers;
 
 use super::App;
-use super::handlers::read::read_chunk;
+use super::handlers::chunk::read_chunk;
 use super::response::{Body, Reply};
 use crate::engine::{Engine, RenderKey, Rendered, StreamHandle, now_ms};
 use crate::machine::StreamMeta;

@@ -3,6 +3,7 @@
 
 pub mod append;
 pub mod bucket;
+pub mod chunk;
 pub mod create;
 pub mod meta;
 pub mod read;

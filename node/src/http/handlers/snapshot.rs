@@ -12,7 +12,7 @@ use http::{Response, StatusCode};
 use sha2::{Digest, Sha256};
 use ursula_wire::{ErrorToken, headers};
 
-use super::read::read_chunk;
+use super::chunk::read_chunk;
 use super::{content_type, invalid_offset, live_stream};
 use crate::engine::now_ms;
 use crate::http::App;
