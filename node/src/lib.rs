@@ -198,6 +198,7 @@ pub async fn start(config: Config) -> Result<Node, StartError> {
         config: Arc::new(config),
         admission,
         stopping: stop_signal.clone(),
+        metrics: groups.all().next().map(|engine| engine.metrics.clone()),
     });
     let grace = app.config.server.shutdown_grace;
     let client_server = tokio::spawn(http::serve(client, app, stop_signal));

@@ -39,6 +39,8 @@ pub struct App {
     pub admission: Arc<Admission>,
     /// Turns true when the node shuts down: live reads end.
     pub stopping: watch::Receiver<bool>,
+    /// The node's counters (every group shares them); none on a node that hosts no group.
+    pub metrics: Option<Arc<crate::engine::Metrics>>,
 }
 
 impl App {
@@ -175,8 +177,8 @@ pub async fn handle(
         }
     });
     add_common_headers(response.headers_mut(), cors);
-    if !live && let Some(engine) = app.groups.all().next() {
-        engine.metrics.request_seconds.observe(started.elapsed());
+    if !live && let Some(metrics) = &app.metrics {
+        metrics.request_seconds.observe(started.elapsed());
     }
     Ok(response)
 }
