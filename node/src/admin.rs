@@ -1,24 +1,29 @@
 //! The admin listener: health, readiness, metrics, drain and bucket purges. It is a separate socket from the client
 //! listener, so nothing here is reachable through the client port.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use http::{Method, Request, Response, StatusCode};
-use hyper::body::Incoming;
-use hyper::service::service_fn;
+use axum::Router;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::routing::{get, post};
+use http::{Method, Response, StatusCode, Uri};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
+use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use ursula_wire::ErrorToken;
 use ursula_wire::admin::PurgeResponse;
 
 use crate::engine::EngineError;
 use crate::groups::Groups;
+use crate::http::add_common_headers;
 use crate::http::error::ApiError;
-use crate::http::response::{Body, Reply, add_common_headers};
+use crate::http::response::{Body, Reply};
 use crate::machine::{Command, Outcome};
+
+type Answer = Result<Response<Body>, ApiError>;
 
 pub struct Admin {
     pub groups: Arc<Groups>,
@@ -30,14 +35,34 @@ pub struct Admin {
     pub peers: crate::cluster::network::HttpClient,
 }
 
+/// The admin listener's routes.
+fn router(admin: Arc<Admin>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/admin/drain", post(drain).delete(undrain))
+        .route("/admin/buckets/{bucket}/purge", post(purge))
+        .route("/admin/replica/{bucket}/{stream}", get(replica))
+        .fallback(no_route)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::map_response(
+            |mut response: Response<Body>| async {
+                add_common_headers(response.headers_mut(), false);
+                response
+            },
+        ))
+        .with_state(admin)
+}
+
 pub async fn serve(listener: TcpListener, admin: Arc<Admin>) {
+    let service = TowerToHyperService::new(router(admin));
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
-        let admin = admin.clone();
+        let service = service.clone();
         tokio::spawn(async move {
-            let service = service_fn(move |request| handle(admin.clone(), request));
             let _ = auto::Builder::new(TokioExecutor::new())
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
@@ -45,80 +70,74 @@ pub async fn serve(listener: TcpListener, admin: Arc<Admin>) {
     }
 }
 
-async fn handle(
-    admin: Arc<Admin>,
-    request: Request<Incoming>,
-) -> Result<Response<Body>, Infallible> {
-    let mut response = route(&admin, &request)
-        .await
-        .unwrap_or_else(ApiError::into_response);
-    add_common_headers(response.headers_mut(), false);
-    Ok(response)
+async fn no_route(uri: Uri) -> ApiError {
+    ApiError::new(
+        ErrorToken::NotFound,
+        format!("no admin route {:?}", uri.path()),
+    )
 }
 
-async fn route(admin: &Admin, request: &Request<Incoming>) -> Result<Response<Body>, ApiError> {
-    let path = request.uri().path();
-    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    match (request.method(), segments.as_slice()) {
-        (&Method::GET, ["healthz"]) => Ok(json(StatusCode::OK, r#"{"status":"ok"}"#.into())),
-        (&Method::GET, ["readyz"]) => {
-            if !admin.ready.load(Ordering::Acquire) {
-                return Err(ApiError::new(
-                    ErrorToken::Unavailable,
-                    "the node is not serving",
-                ));
-            }
-            admin
-                .groups
-                .caught_up()
-                .map_err(|reason| ApiError::new(ErrorToken::Unavailable, reason))?;
-            Ok(json(StatusCode::OK, r#"{"status":"ready"}"#.into()))
-        }
-        (&Method::POST, ["admin", "drain"]) => {
-            let wait = admin.drain_wait;
-            let still_led = admin.groups.drain(wait).await;
-            Ok(json(
-                StatusCode::OK,
-                format!(r#"{{"draining":true,"groups_led":{still_led}}}"#),
-            ))
-        }
-        (&Method::DELETE, ["admin", "drain"]) => {
-            admin.groups.undrain();
-            Ok(json(StatusCode::OK, r#"{"draining":false}"#.into()))
-        }
-        (&Method::GET, ["metrics"]) => {
-            let mut text = String::with_capacity(4096);
-            crate::metrics::render(&admin.groups, &mut text);
-            Ok(Reply::new(StatusCode::OK)
-                .header("content-type", "text/plain; version=0.0.4")
-                .body(text)
-                .build())
-        }
-        (&Method::POST, ["admin", "buckets", bucket, "purge"]) => purge(admin, bucket).await,
-        (&Method::GET, ["admin", "replica", bucket, stream]) => {
-            replica(admin, bucket, stream).await
-        }
-        (
-            _,
-            ["healthz" | "readyz" | "metrics"]
-            | ["admin", "buckets", _, "purge"]
-            | ["admin", "drain"],
-        ) => Err(ApiError::new(
-            ErrorToken::MethodNotAllowed,
-            format!("{} is not allowed on {path}", request.method()),
-        )),
-        _ => Err(ApiError::new(
-            ErrorToken::NotFound,
-            format!("no admin route {path:?}"),
-        )),
+async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::new(
+        ErrorToken::MethodNotAllowed,
+        format!("{method} is not allowed on {}", uri.path()),
+    )
+}
+
+fn path_error(rejection: PathRejection) -> ApiError {
+    ApiError::new(ErrorToken::NotFound, rejection.body_text())
+}
+
+async fn healthz() -> Response<Body> {
+    json(StatusCode::OK, r#"{"status":"ok"}"#.into())
+}
+
+async fn readyz(State(admin): State<Arc<Admin>>) -> Answer {
+    if !admin.ready.load(Ordering::Acquire) {
+        return Err(ApiError::new(
+            ErrorToken::Unavailable,
+            "the node is not serving",
+        ));
     }
+    admin
+        .groups
+        .caught_up()
+        .map_err(|reason| ApiError::new(ErrorToken::Unavailable, reason))?;
+    Ok(json(StatusCode::OK, r#"{"status":"ready"}"#.into()))
+}
+
+async fn metrics(State(admin): State<Arc<Admin>>) -> Response<Body> {
+    let mut text = String::with_capacity(4096);
+    crate::metrics::render(&admin.groups, &mut text);
+    Reply::new(StatusCode::OK)
+        .header("content-type", "text/plain; version=0.0.4")
+        .body(text)
+        .build()
+}
+
+async fn drain(State(admin): State<Arc<Admin>>) -> Response<Body> {
+    let still_led = admin.groups.drain(admin.drain_wait).await;
+    json(
+        StatusCode::OK,
+        format!(r#"{{"draining":true,"groups_led":{still_led}}}"#),
+    )
+}
+
+async fn undrain(State(admin): State<Arc<Admin>>) -> Response<Body> {
+    admin.groups.undrain();
+    json(StatusCode::OK, r#"{"draining":false}"#.into())
 }
 
 /// This node's own copy of a stream, whether or not it leads the stream's group: its applied
 /// position, tail and a SHA-256 of its bytes. Comparing the answers of every voter checks that
 /// the replicas agree (the client API always answers from the leader).
-async fn replica(admin: &Admin, bucket: &str, stream: &str) -> Result<Response<Body>, ApiError> {
+async fn replica(
+    State(admin): State<Arc<Admin>>,
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> Answer {
     use sha2::Digest;
+    let Path((bucket, stream)) = path.map_err(path_error)?;
+    let (bucket, stream) = (bucket.as_str(), stream.as_str());
     let engine = admin
         .groups
         .for_bucket(bucket)
@@ -206,14 +225,19 @@ async fn purge_anywhere(admin: &Admin, bucket: &str) -> Result<u64, ApiError> {
 
 /// Deletes every stream of the bucket and fences the bucket ID for good. Purging a bucket that
 /// is already purged (or never existed) succeeds and fences it.
-async fn purge(admin: &Admin, bucket: &str) -> Result<Response<Body>, ApiError> {
-    if !crate::http::names::is_valid_bucket(bucket) {
+async fn purge(
+    State(admin): State<Arc<Admin>>,
+    bucket: Result<Path<String>, PathRejection>,
+) -> Answer {
+    let Path(bucket) = bucket.map_err(path_error)?;
+    let bucket = bucket.as_str();
+    if !crate::names::is_valid_bucket(bucket) {
         return Err(ApiError::new(
             ErrorToken::InvalidBucketId,
             format!("{bucket:?} is not a bucket ID"),
         ));
     }
-    let streams = purge_anywhere(admin, bucket).await?;
+    let streams = purge_anywhere(&admin, bucket).await?;
     tracing::info!(bucket, streams, "bucket purged and fenced");
     let body = PurgeResponse {
         bucket: bucket.to_owned(),

@@ -1,6 +1,5 @@
 //! Write admission: checks that run before a write reaches the stream. Each refusal here
-//! happens before anything is proposed, so each carries the marker `x-ursula-not-applied`
-//! naming its token.
+//! happens before anything is proposed (`http::marking` decides which carry the marker).
 //!
 //! - `WalDiskPressure` (503): free space on the log's filesystem fell below
 //!   `raft.wal.min_available_size`, or could not be read; writes pass again once it is back to
@@ -18,10 +17,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use ursula_wire::{ErrorToken, headers};
+use ursula_wire::ErrorToken;
 
 use crate::config::Config;
-use crate::http::error::ApiError;
 
 pub struct Admission {
     disk_refusing: AtomicBool,
@@ -41,7 +39,7 @@ pub struct BodyPermit {
 
 impl BodyPermit {
     /// Takes `more` bytes for a body whose length was not known up front.
-    pub fn grow(&mut self, more: u64) -> Result<(), ApiError> {
+    pub fn grow(&mut self, more: u64) -> Result<(), Refused> {
         self.admission.reserve(more)?;
         self.bytes += more;
         Ok(())
@@ -56,8 +54,28 @@ impl Drop for BodyPermit {
     }
 }
 
-pub fn not_applied(token: ErrorToken, message: impl Into<String>) -> ApiError {
-    ApiError::new(token, message).with_header(headers::NOT_APPLIED, token.as_str())
+/// A write admission refused, before anything of it was read or proposed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct Refused {
+    pub token: ErrorToken,
+    pub message: String,
+}
+
+fn refused(token: ErrorToken, message: impl Into<String>) -> Refused {
+    Refused {
+        token,
+        message: message.into(),
+    }
+}
+
+/// A body over the route's limit: refused when its length is declared, or once it has grown
+/// past the limit while being read.
+pub fn too_large(limit: u64) -> Refused {
+    refused(
+        ErrorToken::RequestBodyTooLarge,
+        format!("the request body is over this route's limit of {limit} bytes"),
+    )
 }
 
 impl Admission {
@@ -78,21 +96,18 @@ impl Admission {
         has_body: bool,
         declared_len: Option<u64>,
         limit: u64,
-    ) -> Result<BodyPermit, ApiError> {
+    ) -> Result<BodyPermit, Refused> {
         if declared_len.is_some_and(|len| len > limit) {
-            return Err(not_applied(
-                ErrorToken::RequestBodyTooLarge,
-                format!("the request body is over this route's limit of {limit} bytes"),
-            ));
+            return Err(too_large(limit));
         }
         if self.disk_refusing.load(Ordering::Acquire) {
-            return Err(not_applied(
+            return Err(refused(
                 ErrorToken::WalDiskPressure,
                 "the log's disk is nearly full; writes resume when space is freed",
             ));
         }
         if has_body && self.log_under_pressure() {
-            return Err(not_applied(
+            return Err(refused(
                 ErrorToken::RaftLogPressure,
                 "the log is too far ahead of its last checkpoint; writes with a body resume shortly",
             ));
@@ -105,7 +120,7 @@ impl Admission {
         })
     }
 
-    fn reserve(&self, bytes: u64) -> Result<(), ApiError> {
+    fn reserve(&self, bytes: u64) -> Result<(), Refused> {
         let limit = self.inflight_limit;
         self.inflight
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
@@ -113,7 +128,7 @@ impl Admission {
             })
             .map(|_| ())
             .map_err(|_| {
-                not_applied(
+                refused(
                     ErrorToken::IngressBodyBytesLimitReached,
                     format!(
                         "write bodies in flight leave no room for {bytes} more bytes \
@@ -194,11 +209,8 @@ mod tests {
         Admission::new(&config, Arc::new(AtomicU64::new(0)))
     }
 
-    fn token(result: Result<BodyPermit, ApiError>) -> Option<ErrorToken> {
-        result.err().map(|e| {
-            assert!(e.headers.iter().any(|(name, value)| *name == headers::NOT_APPLIED && value == e.token.as_str()));
-            e.token
-        })
+    fn token(result: Result<BodyPermit, Refused>) -> Option<ErrorToken> {
+        result.err().map(|e| e.token)
     }
 
     #[test]

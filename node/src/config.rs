@@ -455,7 +455,7 @@ impl Config {
 
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.validate_peers()?;
-        if !crate::http::names::is_valid_bucket(&self.server.compat_bucket) {
+        if !crate::names::is_valid_bucket(&self.server.compat_bucket) {
             return Err(ConfigError::Invalid {
                 key: "server.compat_bucket",
                 message: format!("{:?} is not a valid bucket ID", self.server.compat_bucket),

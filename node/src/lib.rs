@@ -11,7 +11,9 @@ mod housekeeping;
 pub mod http;
 pub mod machine;
 mod metrics;
+pub mod names;
 pub mod offset;
+mod shutdown;
 pub mod storage;
 
 use std::sync::Arc;
@@ -193,13 +195,12 @@ pub async fn start(config: Config) -> Result<Node, StartError> {
             config.server.compat_bucket.clone(),
         ));
     }
-    let app = Arc::new(http::App {
-        groups: groups.clone(),
-        config: Arc::new(config),
+    let app = Arc::new(http::App::new(
+        groups.clone(),
+        Arc::new(config),
         admission,
-        stopping: stop_signal.clone(),
-        metrics: groups.all().next().map(|engine| engine.metrics.clone()),
-    });
+        stop_signal.clone(),
+    ));
     let grace = app.config.server.shutdown_grace;
     let client_server = tokio::spawn(http::serve(client, app, stop_signal));
     for engine in groups.all() {

@@ -205,18 +205,28 @@ async fn create_refusals() {
 }
 
 #[tokio::test]
-async fn only_refusals_before_proposing_are_marked() {
+async fn only_the_refusals_the_spec_lists_are_marked() {
     let node = node().await;
     with_stream(&node).await;
-    // Refused while the request was read: nothing was proposed, so the node says so.
+    // Admission's refusals are marked: a body over the route's limit.
+    let big = "x".repeat(2048);
+    let too_large = node.client.post("/demo/s", &[TEXT], big).await;
+    assert_refused(
+        &too_large,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "RequestBodyTooLarge",
+    );
+    assert_eq!(
+        too_large.header("x-ursula-not-applied"),
+        Some("RequestBodyTooLarge")
+    );
+    // Refused before anything was proposed, but not in the spec's tables: unmarked.
     let empty = node.client.post("/demo/s", &[TEXT], "").await;
     assert_refused(&empty, StatusCode::BAD_REQUEST, "EmptyBody");
-    assert_eq!(empty.header("x-ursula-not-applied"), Some("EmptyBody"));
+    assert_eq!(empty.header("x-ursula-not-applied"), None);
     let bad_bucket = node.client.put("/Bad", &[], "").await;
-    assert_eq!(
-        bad_bucket.header("x-ursula-not-applied"),
-        Some("InvalidBucketId")
-    );
+    assert_refused(&bad_bucket, StatusCode::BAD_REQUEST, "InvalidBucketId");
+    assert_eq!(bad_bucket.header("x-ursula-not-applied"), None);
     // Refused by the state machine: an answer about a proposed write carries no marker.
     let mismatch = node.client.post("/demo/s", &[OCTETS], "x").await;
     assert_refused(&mismatch, StatusCode::CONFLICT, "ContentTypeMismatch");
@@ -227,7 +237,8 @@ async fn only_refusals_before_proposing_are_marked() {
     let bad_read = node.client.get("/demo/s?offset=zzz").await;
     assert_eq!(bad_read.header("x-ursula-not-applied"), None);
     // Nodes never vouch.
-    assert_eq!(empty.header("x-ursula-not-applied-checked"), None);
+    assert_eq!(too_large.header("x-ursula-not-applied-checked"), None);
+    assert_eq!(contents(&node, "/demo/s").await, "hello");
 }
 
 #[tokio::test]

@@ -39,7 +39,7 @@ pub async fn serve(
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
-            () = crate::http::until_stopping(&mut stopping) => return,
+            () = crate::shutdown::until_stopping(&mut stopping) => return,
         };
         let (stream, _) = match accepted {
             Ok(accepted) => accepted,

@@ -4,6 +4,7 @@
 use http::{HeaderName, HeaderValue, Response, StatusCode};
 use ursula_wire::{ErrorBody, ErrorToken, headers};
 
+use super::marking::{self, Stage, Write};
 use super::response::{Body, full};
 use crate::engine::{EngineError, ReadError};
 use crate::machine::Refusal;
@@ -14,25 +15,26 @@ pub struct ApiError {
     pub token: ErrorToken,
     pub message: String,
     pub headers: Vec<(&'static str, String)>,
-    /// Raised while reading the request, before anything was proposed (as opposed to a
-    /// refusal by the state machine or a storage failure).
-    pub before_proposal: bool,
-    /// A `NotLeader` refusal: the leader this node knows of, if any. `http::handle` turns it
-    /// into a redirect.
+    /// How far the request got; with `write`, decides the marker (`marking::marker`).
+    pub stage: Stage,
+    /// The write that was refused; `None` for reads (and for requests no route takes).
+    pub write: Option<Write>,
+    /// A `NotLeader` refusal: the leader this node knows of, if any; a `GroupNotHosted` one: a
+    /// voter of the group. `http::layers` turns it into a redirect.
     pub leader: Option<u64>,
-    /// Overrides the token's status (a `NotLeader` redirect is 307).
-    pub status: Option<StatusCode>,
 }
 
 impl ApiError {
+    /// A refusal raised before anything was proposed (a bad request, a missing stream found
+    /// while reading): `at` and the conversions below name any other stage.
     pub fn new(token: ErrorToken, message: impl Into<String>) -> Self {
         Self {
             token,
             message: message.into(),
             headers: Vec::new(),
-            before_proposal: true,
+            stage: Stage::BeforeProposal,
+            write: None,
             leader: None,
-            status: None,
         }
     }
 
@@ -48,32 +50,14 @@ impl ApiError {
         }
     }
 
-    /// Sent before anything was proposed, but not one of the refusals the spec marks.
-    pub fn unmarked(self) -> Self {
-        self.after_proposal()
-    }
-
-    /// An error the state machine or storage answered: a write may have been proposed.
-    pub fn after_proposal(mut self) -> Self {
-        self.before_proposal = false;
+    pub fn at(mut self, stage: Stage) -> Self {
+        self.stage = stage;
         self
     }
 
-    /// Marks a write refused before anything of it was proposed: nothing of it can apply.
-    pub fn marked_if_unproposed(mut self) -> Self {
-        let marked = self
-            .headers
-            .iter()
-            .any(|(name, _)| *name == headers::NOT_APPLIED);
-        // Internal failures and timeouts prove nothing, wherever they happened.
-        let internal = matches!(
-            self.token,
-            ErrorToken::Internal | ErrorToken::Unavailable | ErrorToken::RequestTimeout
-        );
-        if self.before_proposal && !marked && !internal {
-            self.headers
-                .push((headers::NOT_APPLIED, self.token.as_str().to_owned()));
-        }
+    /// Names the write this refusal answers (the first one named stays).
+    pub fn during(mut self, write: Option<Write>) -> Self {
+        self.write = self.write.or(write);
         self
     }
 
@@ -86,10 +70,11 @@ impl ApiError {
         Self::new(ErrorToken::InvalidHeader, format!("{name}: {problem}"))
     }
 
+    /// The one place a refusal becomes a response: the token's status, the JSON body, the
+    /// protocol's headers and the marker where `marking` says so.
     pub fn into_response(self) -> Response<Body> {
-        let status = self.status.unwrap_or_else(|| {
-            StatusCode::from_u16(self.token.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
-        });
+        let status =
+            StatusCode::from_u16(self.token.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let body = ErrorBody::new(self.token, self.message).to_json();
         let mut response = Response::new(full(body));
         *response.status_mut() = status;
@@ -106,7 +91,38 @@ impl ApiError {
                 map.insert(HeaderName::from_static(name), value);
             }
         }
+        if let Some(token) = marking::marker(self.write, self.stage, self.token) {
+            map.insert(
+                headers::NOT_APPLIED,
+                HeaderValue::from_static(token.as_str()),
+            );
+        }
+        if let Some(leader) = self.leader
+            && matches!(
+                self.token,
+                ErrorToken::NotLeader | ErrorToken::GroupNotHosted
+            )
+        {
+            response.extensions_mut().insert(RedirectTo(leader));
+        }
         response
+    }
+}
+
+impl axum::response::IntoResponse for ApiError {
+    fn into_response(self) -> axum::response::Response {
+        ApiError::into_response(self)
+    }
+}
+
+/// On a refusal that names the node to go to instead; `http::layers::redirects` turns it
+/// into a 307 when it knows that node's client URL.
+#[derive(Debug, Clone, Copy)]
+pub struct RedirectTo(pub u64);
+
+impl From<crate::admission::Refused> for ApiError {
+    fn from(refused: crate::admission::Refused) -> Self {
+        Self::new(refused.token, refused.message).at(Stage::Admission)
     }
 }
 
@@ -132,7 +148,7 @@ impl From<Refusal> for ApiError {
             Refusal::InvalidFork(_) => ErrorToken::InvalidForkRequest,
             Refusal::SnapshotConflict { .. } => ErrorToken::SnapshotConflict,
         };
-        let error = Self::new(token, message).after_proposal();
+        let error = Self::new(token, message).at(Stage::Proposed);
         match refusal {
             Refusal::StreamClosed { next_offset } => error
                 .with_header(headers::STREAM_CLOSED, "true")
@@ -157,29 +173,29 @@ impl From<EngineError> for ApiError {
         match error {
             EngineError::Refused(refusal) => refusal.into(),
             EngineError::Storage(message) => {
-                Self::new(ErrorToken::Internal, message).after_proposal()
+                Self::new(ErrorToken::Internal, message).at(Stage::Unknown)
             }
             EngineError::Stopped => {
-                Self::new(ErrorToken::Unavailable, "the node is shutting down").after_proposal()
+                Self::new(ErrorToken::Unavailable, "the node is shutting down").at(Stage::Unknown)
             }
             // Raft may have taken the write before it found it no longer leads.
-            EngineError::NotLeader { leader } => Self::not_leader(leader).after_proposal(),
+            EngineError::NotLeader { leader } => Self::not_leader(leader).at(Stage::Proposed),
             EngineError::Replication(message) => {
-                Self::new(ErrorToken::Unavailable, message).after_proposal()
+                Self::new(ErrorToken::Unavailable, message).at(Stage::Unknown)
             }
             error @ EngineError::TimedOut(_) => {
-                Self::new(ErrorToken::RequestTimeout, error.to_string()).after_proposal()
+                Self::new(ErrorToken::RequestTimeout, error.to_string()).at(Stage::Unknown)
             }
-            // Refused before anything was proposed: marked by the write path.
+            // The engine's own checks, before anything was proposed.
             error @ EngineError::UncommittedBackpressure { .. } => {
                 Self::new(ErrorToken::RaftUncommittedBackpressure, error.to_string())
             }
             error @ EngineError::ColdBackpressure { .. } => {
                 Self::new(ErrorToken::ColdBackpressure, error.to_string())
             }
-            // Nothing was proposed, but the spec marks no such refusal.
+            // Nothing was proposed; the spec marks no such refusal (`marking` decides).
             error @ EngineError::Staging(_) => {
-                Self::new(ErrorToken::Unavailable, error.to_string()).after_proposal()
+                Self::new(ErrorToken::Unavailable, error.to_string())
             }
         }
     }
@@ -199,12 +215,12 @@ impl From<ReadError> for ApiError {
             ReadError::NotBoundary(_) => Self::new(ErrorToken::InvalidOffset, error.to_string()),
             ReadError::Removed(path) => Refusal::StreamNotFound(path).into(),
             ReadError::MissingSource(_) | ReadError::Missing { .. } | ReadError::Storage(_) => {
-                Self::new(ErrorToken::Internal, error.to_string()).after_proposal()
+                Self::new(ErrorToken::Internal, error.to_string()).at(Stage::Unknown)
             }
             // Object storage may be back in a moment; the read can be repeated.
             ReadError::Cold(_) => Self::new(ErrorToken::Unavailable, error.to_string()),
             ReadError::TimedOut(_) => {
-                Self::new(ErrorToken::RequestTimeout, error.to_string()).after_proposal()
+                Self::new(ErrorToken::RequestTimeout, error.to_string()).at(Stage::Unknown)
             }
         }
     }

@@ -5,49 +5,79 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::Router;
+use axum::extract::{Request, State};
 use bytes::{Buf, Bytes, BytesMut};
 use futures_util::FutureExt;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use http::header::{CONTENT_LENGTH, UPGRADE};
 use http::response::Parts;
-use http::{HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
+use http::{HeaderValue, Method, Response, StatusCode};
+use http_body_util::BodyExt;
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::mpsc;
+use tokio::sync::watch;
+use tower::ServiceExt;
 use ursula_wire::ErrorToken;
 use ursula_wire::link::{self, Frame};
 
+use super::App;
 use super::error::ApiError;
+use super::marking::Stage;
 use super::request::{self, Live};
 use super::response::{Body, Reply};
-use super::{App, handle, until_stopping};
+use crate::shutdown::until_stopping;
 
 /// The read buffer's size between frames; a larger frame grows it for as long as it takes.
 const READ_BUFFER: usize = 64 * 1024;
 
-/// A request for the link: `GET /_ursula/link` asking to upgrade to `ursula-link/1`.
-pub fn is_upgrade(request: &Request<Incoming>) -> bool {
-    request.method() == Method::GET
-        && request.uri().path() == link::PATH
-        && request
-            .headers()
-            .get(UPGRADE)
-            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(link::PROTOCOL.as_bytes()))
+/// How many links are open.
+pub struct Links(watch::Sender<usize>);
+
+impl Default for Links {
+    fn default() -> Self {
+        Self(watch::Sender::new(0))
+    }
 }
 
-/// Agrees to the upgrade; the link runs once hyper hands the connection over, holding `alive`
-/// (which the listener's shutdown waits for) until its last answer is written.
-pub fn accept(
-    app: Arc<App>,
-    mut request: Request<Incoming>,
-    alive: mpsc::Sender<()>,
-) -> Response<Body> {
+impl Links {
+    pub async fn all_closed(&self) {
+        let _ = self.0.subscribe().wait_for(|open| *open == 0).await;
+    }
+}
+
+/// Counts a link open from its accepted upgrade until its last answer is written.
+struct OpenLink(Arc<App>);
+
+impl OpenLink {
+    fn new(app: Arc<App>) -> Self {
+        app.links.0.send_modify(|open| *open += 1);
+        Self(app)
+    }
+}
+
+impl Drop for OpenLink {
+    fn drop(&mut self) {
+        self.0.links.0.send_modify(|open| *open -= 1);
+    }
+}
+
+/// `GET /_ursula/link` asking to upgrade to `ursula-link/1`: agrees, and the link runs once
+/// hyper hands the connection over, counted open (the listener's shutdown waits) until its
+/// last answer is written. Without the upgrade, the path is no route.
+pub async fn accept(State(app): State<Arc<App>>, mut request: Request) -> Response<Body> {
+    let upgrade = request
+        .headers()
+        .get(UPGRADE)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(link::PROTOCOL.as_bytes()));
+    if !upgrade {
+        return super::extract::unrouted(&app, request.method(), request.uri().path())
+            .into_response();
+    }
     let upgrading = hyper::upgrade::on(&mut request);
+    let open = OpenLink::new(app);
     tokio::spawn(async move {
-        let _alive = alive;
         let upgraded = match upgrading.await {
             Ok(upgraded) => upgraded,
             Err(error) => {
@@ -56,7 +86,7 @@ pub fn accept(
             }
         };
         // Bytes hyper read past the upgrade request are the upgraded stream's first.
-        serve(app, TokioIo::new(upgraded)).await;
+        serve(&open.0, TokioIo::new(upgraded)).await;
     });
     Reply::new(StatusCode::SWITCHING_PROTOCOLS)
         .header("connection", "upgrade")
@@ -94,7 +124,9 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(2);
 /// storage threads' wake-ups; nothing is handed between tasks, so a burst of requests costs
 /// one wake-up of this task, not one per request. Reading goes on while answers are written,
 /// so that neither side can wait for the other with both directions full.
-async fn serve(app: Arc<App>, io: TokioIo<Upgraded>) {
+async fn serve(app: &Arc<App>, io: TokioIo<Upgraded>) {
+    // The link's requests take the same routes and layers as requests over HTTP.
+    let router = super::routes::router(app.clone());
     let (mut reader, mut writer) = tokio::io::split(io);
     let mut buffer = BytesMut::with_capacity(READ_BUFFER);
     let mut out = BytesMut::with_capacity(READ_BUFFER);
@@ -109,7 +141,7 @@ async fn serve(app: Arc<App>, io: TokioIo<Upgraded>) {
             match link::decode(&mut buffer) {
                 Ok(Some(Frame::Request(frame))) => {
                     last = frame.id;
-                    in_flight.push(answer(app.clone(), frame));
+                    in_flight.push(answer(router.clone(), frame));
                 }
                 Ok(None) => break,
                 Ok(Some(Frame::Answer(_) | Frame::GoAway { .. })) => {
@@ -197,7 +229,7 @@ fn encode(out: &mut BytesMut, done: Finished) {
             ErrorToken::Internal,
             format!("the answer cannot be sent on the gateway link: {error}"),
         )
-        .after_proposal();
+        .at(Stage::Unknown);
         // An error answer is whole when made, and ours always fits a frame.
         if let Some((head, body)) = collected(refusal.into_response()).now_or_never() {
             let _ = link::encode_answer(out, id, head.status, &head.headers, &body);
@@ -205,11 +237,11 @@ fn encode(out: &mut BytesMut, done: Finished) {
     }
 }
 
-/// Handles one request as `http::handle` does for HTTP.
-async fn answer(app: Arc<App>, frame: link::Request) -> Finished {
+/// Answers one request as the listener does over HTTP.
+async fn answer(router: Router, frame: link::Request) -> Finished {
     let id = frame.id;
     let response = match into_request(frame) {
-        Ok(request) => match handle(app, request).await {
+        Ok(request) => match router.oneshot(request).await {
             Ok(response) => response,
             Err(never) => match never {},
         },
@@ -219,20 +251,12 @@ async fn answer(app: Arc<App>, frame: link::Request) -> Finished {
     Finished { id, head, body }
 }
 
-fn into_request(frame: link::Request) -> Result<Request<Full<Bytes>>, ApiError> {
-    let writes = matches!(frame.method, Method::PUT | Method::POST | Method::DELETE);
-    let mark = |error: ApiError| {
-        if writes {
-            error.marked_if_unproposed()
-        } else {
-            error.unmarked()
-        }
-    };
+fn into_request(frame: link::Request) -> Result<Request, ApiError> {
     let uri: http::Uri = frame.target.parse().map_err(|error| {
-        mark(ApiError::new(
+        ApiError::new(
             ErrorToken::InvalidHeader,
             format!("the request target is not a URI: {error}"),
-        ))
+        )
     })?;
     // SSE answers never end, and the link carries answers whole: SSE goes over HTTP.
     if frame.method == Method::GET
@@ -241,8 +265,7 @@ fn into_request(frame: link::Request) -> Result<Request<Full<Bytes>>, ApiError> 
         return Err(ApiError::new(
             ErrorToken::MethodNotAllowed,
             "live=sse is not carried on the gateway link; open it over HTTP",
-        )
-        .unmarked());
+        ));
     }
     let mut headers = frame.headers;
     // A frame's body has an exact length, as a body with `Content-Length` over HTTP: say so,
@@ -250,7 +273,7 @@ fn into_request(frame: link::Request) -> Result<Request<Full<Bytes>>, ApiError> 
     if !frame.body.is_empty() || headers.contains_key(CONTENT_LENGTH) {
         headers.insert(CONTENT_LENGTH, HeaderValue::from(frame.body.len()));
     }
-    let mut request = Request::new(Full::new(frame.body));
+    let mut request = Request::new(Body::from(frame.body));
     *request.method_mut() = frame.method;
     *request.uri_mut() = uri;
     *request.headers_mut() = headers;
@@ -264,7 +287,11 @@ async fn collected(response: Response<Body>) -> (Parts, Bytes) {
     let (head, body) = response.into_parts();
     let body = match body.collect().await {
         Ok(collected) => collected.to_bytes(),
-        Err(never) => match never {},
+        // Only SSE's bodies are streams, and the link carries no SSE.
+        Err(error) => {
+            tracing::warn!(%error, "an answer's body failed on the gateway link");
+            Bytes::new()
+        }
     };
     (head, body)
 }

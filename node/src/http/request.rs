@@ -8,7 +8,7 @@ use serde_json::value::RawValue;
 use ursula_wire::{ErrorToken, headers};
 
 use super::error::ApiError;
-use crate::admission::{BodyPermit, not_applied};
+use crate::admission::{self, BodyPermit};
 use crate::machine::{ExpiresAt, Payload, ProducerClaim};
 use crate::offset::{self, OffsetParam};
 
@@ -132,7 +132,7 @@ pub fn read_query(query: Option<&str>) -> Result<ReadQuery, ApiError> {
         .filter(|p| !p.is_empty())
     {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let value = super::names::percent_decode(&value.replace('+', " ")).ok_or_else(|| {
+        let value = crate::names::percent_decode(&value.replace('+', " ")).ok_or_else(|| {
             ApiError::new(
                 ErrorToken::InvalidOffset,
                 format!("{key}: bad percent-encoding"),
@@ -185,16 +185,11 @@ pub fn content_length(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
         .transpose()
 }
 
-/// A request's body: hyper's for HTTP, a whole one for the gateway link.
-pub trait RequestBody: hyper::body::Body<Data = Bytes, Error: std::fmt::Display> + Unpin {}
-
-impl<B: hyper::body::Body<Data = Bytes, Error: std::fmt::Display> + Unpin> RequestBody for B {}
-
 /// Reads a body of at most `limit` bytes (a longer one is a 413), holding its bytes in
 /// `permit` (a body of unknown length takes its share as it arrives).
 pub async fn body(
     headers: &HeaderMap,
-    mut body: impl RequestBody,
+    mut body: axum::body::Body,
     limit: u64,
     permit: &mut BodyPermit,
 ) -> Result<Bytes, ApiError> {
@@ -213,10 +208,7 @@ pub async fn body(
         };
         total += data.len() as u64;
         if total > limit {
-            return Err(not_applied(
-                ErrorToken::RequestBodyTooLarge,
-                format!("the request body is over this route's limit of {limit} bytes"),
-            ));
+            return Err(admission::too_large(limit).into());
         }
         if declared.is_none() {
             permit.grow(data.len() as u64)?;

@@ -1,20 +1,16 @@
-//! Response bodies and the headers every response carries.
-
-use std::convert::Infallible;
+//! Response bodies, and a builder for answers.
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
-use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, Empty, Full};
 
-pub type Body = UnsyncBoxBody<Bytes, Infallible>;
+pub use axum::body::Body;
 
 pub fn full(bytes: impl Into<Bytes>) -> Body {
-    Full::new(bytes.into()).boxed_unsync()
+    Body::from(bytes.into())
 }
 
 pub fn empty() -> Body {
-    Empty::new().boxed_unsync()
+    Body::empty()
 }
 
 /// A response under construction. Header values that are not valid HTTP are dropped rather
@@ -65,33 +61,5 @@ impl Reply {
         *response.status_mut() = self.status;
         *response.headers_mut() = self.headers;
         response
-    }
-}
-
-const EXPOSED_HEADERS: &str = "stream-next-offset, stream-cursor, stream-up-to-date, \
-    stream-closed, stream-ttl, stream-expires-at, stream-sse-data-encoding, \
-    stream-retained-offset, stream-snapshot-offset, producer-epoch, producer-seq, \
-    producer-expected-seq, producer-received-seq, etag, content-type, location, retry-after, \
-    x-ursula-not-applied, x-ursula-leader-id";
-
-pub const ALLOWED_HEADERS: &str = "content-type, authorization, if-none-match, stream-ttl, \
-    stream-expires-at, stream-closed, stream-seq, stream-forked-from, stream-fork-offset, \
-    stream-fork-sub-offset, producer-id, producer-epoch, producer-seq";
-
-pub const ALLOWED_METHODS: &str = "GET, POST, PUT, DELETE, HEAD, OPTIONS";
-
-/// Browser security headers, on every response including errors; CORS headers when the
-/// request came from a browser (it sent `Origin`), which keeps other answers small.
-pub fn add_common_headers(headers: &mut HeaderMap, cors: bool) {
-    let set = |headers: &mut HeaderMap, name: &'static str, value: &'static str| {
-        headers
-            .entry(HeaderName::from_static(name))
-            .or_insert(HeaderValue::from_static(value));
-    };
-    set(headers, "x-content-type-options", "nosniff");
-    set(headers, "cross-origin-resource-policy", "cross-origin");
-    if cors {
-        set(headers, "access-control-allow-origin", "*");
-        set(headers, "access-control-expose-headers", EXPOSED_HEADERS);
     }
 }

@@ -8,8 +8,8 @@
 use ursula_wire::ErrorToken;
 
 use super::error::ApiError;
-use super::names::{is_valid_bucket, is_valid_stream_name, percent_decode};
 use crate::machine::StreamPath;
+use crate::names::{is_valid_bucket, is_valid_stream_name, percent_decode};
 
 const COMPAT_PREFIX: &str = "/v1/stream/";
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use bytes::{BufMut, Bytes, BytesMut};
 use http::{Response, StatusCode};
-use http_body_util::{BodyExt, StreamBody};
+use http_body_util::StreamBody;
 use hyper::body::Frame;
 
 use super::error::ApiError;
@@ -68,7 +68,7 @@ pub fn respond(
         .header("content-type", "text/event-stream")
         .header("cache-control", "no-cache")
         .header_if(base64, headers::STREAM_SSE_DATA_ENCODING, "base64")
-        .stream_body(StreamBody::new(events).boxed_unsync())
+        .stream_body(Body::new(StreamBody::new(events)))
         .build())
 }
 
@@ -182,7 +182,7 @@ impl Session {
                     }
                     self.timer.as_mut().reset(keep_alive_at.min(self.deadline));
                 }
-                () = super::until_stopping(&mut self.stopping) => return None,
+                () = crate::shutdown::until_stopping(&mut self.stopping) => return None,
             }
         }
     }

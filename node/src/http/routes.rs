@@ -1,0 +1,139 @@
+//! The client listener's route table, as the API overview lists the resources, and the thin
+//! handlers that hand each route's extracted request to its module under `handlers`.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::middleware::{from_fn, from_fn_with_state};
+use axum::routing::{MethodRouter, get, put};
+use http::{Method, Response, Uri};
+
+use super::error::ApiError;
+use super::extract::{Admitted, Led, unrouted};
+use super::response::Body;
+use super::route::Target;
+use super::{App, handlers, layers, link};
+
+type Answer = Result<Response<Body>, ApiError>;
+
+pub fn router(app: Arc<App>) -> Router {
+    let stream = || -> MethodRouter<Arc<App>> {
+        put(create_stream)
+            .post(append)
+            .get(read)
+            .head(head)
+            .delete(delete_stream)
+    };
+    Router::new()
+        // `/v1/stream/{name}`: the compatibility family, names in `server.compat_bucket`.
+        .route("/v1/stream/{*name}", stream())
+        .route("/{bucket}", put(create_bucket))
+        .route("/{bucket}/{stream}", stream())
+        .route("/{bucket}/{stream}/bootstrap", get(bootstrap))
+        .route(
+            "/{bucket}/{stream}/snapshot/{offset}",
+            get(read_snapshot).put(publish_snapshot),
+        )
+        .route(
+            "/{bucket}/{stream}/retention/{offset}",
+            put(advance_retention),
+        )
+        .route(ursula_wire::link::PATH, get(link::accept))
+        .fallback(no_route)
+        .method_not_allowed_fallback(no_route)
+        .layer(from_fn_with_state(app.clone(), layers::redirects))
+        .layer(from_fn_with_state(app.clone(), layers::request_seconds))
+        .layer(from_fn(layers::browser_headers))
+        .with_state(app)
+}
+
+async fn no_route(State(app): State<Arc<App>>, method: Method, uri: Uri) -> ApiError {
+    unrouted(&app, &method, uri.path())
+}
+
+async fn create_bucket(State(app): State<Arc<App>>, write: Admitted) -> Answer {
+    let Target::Bucket(bucket) = write.target.clone() else {
+        return Err(unrouted(&app, &write.parts.method, write.parts.uri.path()));
+    };
+    write
+        .answer(|_, _| handlers::bucket::create(&app, bucket))
+        .await
+}
+
+async fn create_stream(State(app): State<Arc<App>>, write: Admitted) -> Answer {
+    let path = write.stream()?;
+    write
+        .answer(|parts, body| handlers::create::handle(&app, parts, body, path))
+        .await
+}
+
+async fn append(State(app): State<Arc<App>>, write: Admitted) -> Answer {
+    let path = write.stream()?;
+    write
+        .answer(|parts, body| handlers::append::handle(&app, parts, body, path))
+        .await
+}
+
+async fn delete_stream(State(app): State<Arc<App>>, write: Admitted) -> Answer {
+    let path = write.stream()?;
+    write
+        .answer(|_, _| handlers::meta::delete(&app, path))
+        .await
+}
+
+async fn publish_snapshot(State(app): State<Arc<App>>, write: Admitted) -> Answer {
+    let Target::Snapshot(path, offset) = write.target.clone() else {
+        return Err(unrouted(&app, &write.parts.method, write.parts.uri.path()));
+    };
+    write
+        .answer(|parts, body| handlers::snapshot::publish(&app, parts, body, path, &offset))
+        .await
+}
+
+async fn advance_retention(State(app): State<Arc<App>>, write: Admitted) -> Answer {
+    let Target::Retention(path, offset) = write.target.clone() else {
+        return Err(unrouted(&app, &write.parts.method, write.parts.uri.path()));
+    };
+    write
+        .answer(|_, _| handlers::snapshot::retain(&app, path, &offset))
+        .await
+}
+
+async fn read(State(app): State<Arc<App>>, Led(target): Led, request: Request) -> Answer {
+    match target {
+        Target::Stream(path) => handlers::read::handle(&app, request, path).await,
+        _ => Err(unrouted(&app, request.method(), request.uri().path())),
+    }
+}
+
+async fn head(State(app): State<Arc<App>>, Led(target): Led, method: Method, uri: Uri) -> Answer {
+    match target {
+        Target::Stream(path) => handlers::meta::head(&app, &path),
+        _ => Err(unrouted(&app, &method, uri.path())),
+    }
+}
+
+async fn bootstrap(
+    State(app): State<Arc<App>>,
+    Led(target): Led,
+    method: Method,
+    uri: Uri,
+) -> Answer {
+    match target {
+        Target::Bootstrap(path) => handlers::snapshot::bootstrap(&app, &path).await,
+        _ => Err(unrouted(&app, &method, uri.path())),
+    }
+}
+
+async fn read_snapshot(
+    State(app): State<Arc<App>>,
+    Led(target): Led,
+    method: Method,
+    uri: Uri,
+) -> Answer {
+    match target {
+        Target::Snapshot(path, offset) => handlers::snapshot::read(&app, &path, &offset).await,
+        _ => Err(unrouted(&app, &method, uri.path())),
+    }
+}
