@@ -22,7 +22,8 @@ use http_body_util::BodyExt;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
-use crate::proxy::{Body, Gateway, Prepared, Refusal, full};
+use crate::prepared::{Prepared, Upstream};
+use crate::refusal::{Body, Refusal, full};
 
 /// An upstream answer, read whole, to give to every waiting client.
 struct Answer {
@@ -133,7 +134,7 @@ impl Drop for Leading {
 impl Collapse {
     pub(crate) async fn serve(
         &self,
-        gateway: &Gateway,
+        gateway: &impl Upstream,
         prepared: &Prepared,
         key: String,
     ) -> Result<Response<Body>, Refusal> {
@@ -164,7 +165,7 @@ impl Collapse {
             match outcome {
                 Ok(Outcome::Answered(answer)) => {
                     gateway
-                        .metrics
+                        .metrics()
                         .collapsed_long_polls
                         .fetch_add(1, Ordering::Relaxed);
                     return Ok(answer.response());
@@ -179,7 +180,7 @@ impl Collapse {
 
 /// Sends the request upstream for every identical one that comes meanwhile.
 async fn lead(
-    gateway: &Gateway,
+    gateway: &impl Upstream,
     prepared: &Prepared,
     leading: Leading,
 ) -> Result<Response<Body>, Refusal> {

@@ -1,50 +1,26 @@
 //! Forwarding: one request in, attempts to upstreams under the redirect rule, one answer out,
 //! always with the vouch `x-ursula-not-applied-checked: 1`.
 
-use std::convert::Infallible;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use ursula_wire::{ErrorBody, ErrorToken, headers};
+use ursula_wire::{ErrorToken, headers};
 
 use crate::access::{Access, bucket_of};
 use crate::config::Config;
 use crate::follow::{Decision, Follow, Limits, Observed};
 use crate::link::{self, Links};
+use crate::metrics::Metrics;
+use crate::prepared::{Prepared, Upstream};
+use crate::refusal::{Body, Refusal, full};
 use crate::upstream::Upstreams;
-
-pub type Body = UnsyncBoxBody<Bytes, hyper::Error>;
-
-pub(crate) fn full(bytes: impl Into<Bytes>) -> Body {
-    Full::new(bytes.into())
-        .map_err(|never: Infallible| match never {})
-        .boxed_unsync()
-}
-
-#[derive(Default)]
-pub struct Metrics {
-    pub requests: AtomicU64,
-    pub redirects_followed: AtomicU64,
-    pub refusals: AtomicU64,
-    /// Requests answered over the gateway link rather than HTTP.
-    pub link_requests: AtomicU64,
-    /// SSE subscriptions the gateway opened to share among its clients.
-    pub shared_tails_opened: AtomicU64,
-    /// SSE clients served from a subscription another client opened.
-    pub shared_tail_joins: AtomicU64,
-    /// Long-polls answered with the answer to an identical one in flight.
-    pub collapsed_long_polls: AtomicU64,
-}
 
 pub struct Gateway {
     client: Client<HttpConnector, Full<Bytes>>,
@@ -58,54 +34,6 @@ pub struct Gateway {
     pub upstreams: Upstreams,
     config: Config,
     pub metrics: Metrics,
-}
-
-/// A refusal the gateway answers itself.
-#[derive(Debug)]
-pub(crate) struct Refusal {
-    token: ErrorToken,
-    message: String,
-    /// Whether the answer proves that nothing of the request applied.
-    marked: bool,
-}
-
-impl Refusal {
-    pub(crate) fn new(token: ErrorToken, message: impl Into<String>, marked: bool) -> Self {
-        Self {
-            token,
-            message: message.into(),
-            marked,
-        }
-    }
-
-    fn into_response(self) -> Response<Body> {
-        let status =
-            StatusCode::from_u16(self.token.status()).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
-        let mut response = Response::new(full(ErrorBody::new(self.token, self.message).to_json()));
-        *response.status_mut() = status;
-        let map = response.headers_mut();
-        map.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        map.insert(
-            "x-content-type-options",
-            HeaderValue::from_static("nosniff"),
-        );
-        if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS {
-            map.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        }
-        if status == StatusCode::UNAUTHORIZED {
-            map.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        }
-        if self.marked {
-            map.insert(
-                headers::NOT_APPLIED,
-                HeaderValue::from_static(self.token.as_str()),
-            );
-        }
-        response
-    }
 }
 
 /// Connection-scoped headers, never forwarded in either direction.
@@ -141,12 +69,6 @@ fn strip_hop_by_hop(map: &mut HeaderMap) {
 fn is_snapshot_path(path: &str) -> bool {
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     segments.len() >= 4 && segments[segments.len() - 2] == "snapshot"
-}
-
-/// The nodes' admin routes live on their admin listeners; the gateway never forwards them.
-/// (The bucket ID `admin` is reserved, so no stream route starts with `/admin/`.)
-fn is_admin_path(path: &str) -> bool {
-    path.starts_with("/admin/") || matches!(path, "/admin" | "/healthz" | "/readyz" | "/metrics")
 }
 
 impl Gateway {
@@ -187,25 +109,16 @@ impl Gateway {
         }
     }
 
-    pub async fn handle(
-        self: Arc<Self>,
-        request: Request<Incoming>,
-    ) -> Result<Response<Body>, Infallible> {
+    /// Answers one client request: forwarded under the redirect rule, or refused.
+    pub async fn handle(&self, request: axum::extract::Request) -> Response<Body> {
         self.metrics.requests.fetch_add(1, Ordering::Relaxed);
-        let mut response = match self.forward(request).await {
-            Ok(response) => response,
-            Err(refusal) => {
-                self.metrics.refusals.fetch_add(1, Ordering::Relaxed);
-                refusal.into_response()
-            }
-        };
-        response
-            .headers_mut()
-            .insert(headers::NOT_APPLIED_CHECKED, HeaderValue::from_static("1"));
-        Ok(response)
+        self.forward(request).await.unwrap_or_else(|refusal| {
+            self.metrics.refusals.fetch_add(1, Ordering::Relaxed);
+            refusal.into_response()
+        })
     }
 
-    async fn forward(&self, request: Request<Incoming>) -> Result<Response<Body>, Refusal> {
+    async fn forward(&self, request: axum::extract::Request) -> Result<Response<Body>, Refusal> {
         let prepared = self.prepare(request).await?;
         if let Some(tails) = &self.tails
             && let Some(follow) = crate::tails::TailRequest::of(&prepared)
@@ -218,10 +131,10 @@ impl Gateway {
             return collapse.serve(self, &prepared, key).await;
         }
         if prepared.is_live_read() {
-            return self.send(&prepared).await;
+            return self.send_under_rule(&prepared).await;
         }
         let limit = self.config.request_timeout;
-        tokio::time::timeout(limit, self.send(&prepared))
+        tokio::time::timeout(limit, self.send_under_rule(&prepared))
             .await
             .unwrap_or_else(|_| {
                 Err(Refusal::new(
@@ -236,18 +149,9 @@ impl Gateway {
 
     /// Checks a request before anything is forwarded (route, credentials, body limit, access)
     /// and readies it to be sent to any upstream.
-    async fn prepare(&self, request: Request<Incoming>) -> Result<Prepared, Refusal> {
+    async fn prepare(&self, request: axum::extract::Request) -> Result<Prepared, Refusal> {
         let (mut parts, incoming) = request.into_parts();
         let path = parts.uri.path().to_owned();
-        if is_admin_path(&path) {
-            return Err(Refusal::new(
-                ErrorToken::NotFound,
-                format!(
-                    "{path} is not forwarded: node admin routes are on the nodes' admin listeners"
-                ),
-                true,
-            ));
-        }
         let write = !matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
         let authorization = parts
             .headers
@@ -316,7 +220,7 @@ impl Gateway {
     }
 
     /// Sends a prepared request under the redirect rule and relays the final answer.
-    pub(crate) async fn send(&self, prepared: &Prepared) -> Result<Response<Body>, Refusal> {
+    async fn send_under_rule(&self, prepared: &Prepared) -> Result<Response<Body>, Refusal> {
         let Prepared {
             parts,
             path,
@@ -437,7 +341,7 @@ impl Gateway {
             })?;
         *attempt.headers_mut() = parts.headers.clone();
         match self.client.request(attempt).await {
-            Ok(answer) => Ok(answer.map(BodyExt::boxed_unsync)),
+            Ok(answer) => Ok(answer.map(Body::new)),
             Err(error) if error.is_connect() => {
                 tracing::debug!(%error, upstream = index, "cannot connect to upstream");
                 Err(Attempt::ConnectFailed)
@@ -450,7 +354,7 @@ impl Gateway {
     async fn buffer(
         &self,
         headers: &HeaderMap,
-        mut incoming: Incoming,
+        mut incoming: Body,
         limit: u64,
     ) -> Result<Bytes, Refusal> {
         let too_large = || {
@@ -517,74 +421,13 @@ impl Gateway {
     }
 }
 
-/// A request checked and ready to be sent to any upstream, as often as the redirect rule says.
-pub(crate) struct Prepared {
-    pub parts: http::request::Parts,
-    pub path: String,
-    pub path_and_query: String,
-    /// A write's body, buffered; empty for reads.
-    pub body: Bytes,
-    /// How the client addressed the gateway (`http://host`), for `Location`s.
-    pub origin: Option<String>,
-    pub write: bool,
-}
-
-impl Prepared {
-    /// A GET of `path_and_query` with `headers`, as `prepare` would leave it.
-    fn get(path_and_query: &str, headers: HeaderMap) -> Result<Self, http::Error> {
-        let mut request = Request::builder().method(Method::GET).uri(path_and_query);
-        if let Some(map) = request.headers_mut() {
-            *map = headers;
-        }
-        let (parts, ()) = request.body(())?.into_parts();
-        Ok(Self {
-            path: parts.uri.path().to_owned(),
-            path_and_query: path_and_query.to_owned(),
-            parts,
-            body: Bytes::new(),
-            origin: None,
-            write: false,
-        })
+impl Upstream for Gateway {
+    async fn send(&self, prepared: &Prepared) -> Result<Response<Body>, Refusal> {
+        self.send_under_rule(prepared).await
     }
 
-    /// A read of this request's stream at `?query` that the gateway makes for the client,
-    /// with the client's headers.
-    pub(crate) fn read_of_stream(&self, query: &str) -> Option<Self> {
-        Self::get(
-            &format!("{}?{query}", self.path),
-            self.parts.headers.clone(),
-        )
-        .ok()
-    }
-
-    /// A long-poll or SSE read: it waits for data by design, up to the node's own limits.
-    pub(crate) fn is_live_read(&self) -> bool {
-        self.parts.method == Method::GET && ursula_wire::is_live_read(self.parts.uri.query())
-    }
-
-    /// Part of a sharing key: the node adds CORS headers to the answer to any request with an
-    /// `Origin`, so requests with and without one cannot share an answer.
-    pub(crate) fn cors_need(&self) -> &'static str {
-        if self.parts.headers.contains_key(header::ORIGIN) {
-            " cors"
-        } else {
-            ""
-        }
-    }
-
-    /// A read as `prepare` would leave it, for tests of what is done with one.
-    #[cfg(test)]
-    pub(crate) fn read(method: Method, uri: &str, headers: &[(&str, &str)]) -> Self {
-        let mut map = HeaderMap::new();
-        for (name, value) in headers {
-            map.append(
-                HeaderName::from_bytes(name.as_bytes()).expect("a test header name"),
-                HeaderValue::from_str(value).expect("a test header value"),
-            );
-        }
-        let mut prepared = Self::get(uri, map).expect("a valid test request");
-        prepared.parts.method = method;
-        prepared
+    fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 }
 
@@ -705,22 +548,6 @@ mod tests {
             ("/demo/s/retention/5", false),
         ] {
             assert_eq!(is_snapshot_path(path), snapshot, "{path}");
-        }
-    }
-
-    #[test]
-    fn admin_paths() {
-        for path in [
-            "/admin/drain",
-            "/admin/buckets/x/purge",
-            "/healthz",
-            "/metrics",
-            "/admin",
-        ] {
-            assert!(is_admin_path(path), "{path}");
-        }
-        for path in ["/administrators/x", "/demo/admin", "/v1/stream/admin"] {
-            assert!(!is_admin_path(path), "{path}");
         }
     }
 }

@@ -36,7 +36,8 @@ use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 use ursula_wire::{cursor, headers};
 
-use crate::proxy::{Body, Gateway, Prepared, Refusal};
+use crate::prepared::{Prepared, Upstream};
+use crate::refusal::{Body, Refusal};
 use events::{Batch, Events, control_event};
 use request::Start;
 pub(crate) use request::TailRequest;
@@ -167,7 +168,7 @@ impl Tails {
 
     pub(crate) async fn serve(
         &self,
-        gateway: &Gateway,
+        gateway: &impl Upstream,
         mut prepared: Prepared,
         request: TailRequest,
     ) -> Result<Response<Body>, Refusal> {
@@ -195,7 +196,7 @@ impl Tails {
             Ok(tail) => match join(gateway, &prepared, &request, &tail).await {
                 Some(response) => {
                     gateway
-                        .metrics
+                        .metrics()
                         .shared_tail_joins
                         .fetch_add(1, Ordering::Relaxed);
                     Ok(response)
@@ -208,7 +209,7 @@ impl Tails {
 
 /// Subscribes on behalf of this client and of those that join it later.
 async fn open_tail(
-    gateway: &Gateway,
+    gateway: &impl Upstream,
     prepared: &Prepared,
     mut opening: Opening,
     echo: Option<cursor::Cursor>,
@@ -223,7 +224,7 @@ async fn open_tail(
         return Ok(answer);
     }
     gateway
-        .metrics
+        .metrics()
         .shared_tails_opened
         .fetch_add(1, Ordering::Relaxed);
     let (parts, upstream) = answer.into_parts();
@@ -254,7 +255,7 @@ async fn open_tail(
 
 /// Joins `tail` where the node would start this client, or `None` if it cannot.
 async fn join(
-    gateway: &Gateway,
+    gateway: &impl Upstream,
     prepared: &Prepared,
     request: &TailRequest,
     tail: &Tail,
@@ -303,7 +304,7 @@ async fn join(
 
 /// The stream's tail now, by a read at `offset=now` sent under the redirect rule like any
 /// other request. It also resets the stream's sliding TTL, as the client's own read would.
-async fn read_tail(gateway: &Gateway, prepared: &Prepared) -> Option<String> {
+async fn read_tail(gateway: &impl Upstream, prepared: &Prepared) -> Option<String> {
     let read = prepared.read_of_stream("offset=now")?;
     let answer = gateway.send(&read).await.ok()?;
     if answer.status() != StatusCode::OK {
@@ -341,10 +342,13 @@ fn client_body(
                 }
             }
             let next = queue.pop_front()?;
-            Some((Ok(Frame::data(next)), (queue, events, cursor)))
+            Some((
+                Ok::<_, std::convert::Infallible>(Frame::data(next)),
+                (queue, events, cursor),
+            ))
         }
     });
-    StreamBody::new(frames).boxed_unsync()
+    Body::new(StreamBody::new(frames))
 }
 
 /// Reads the node's events and relays them whole until the node ends the subscription or the

@@ -3,7 +3,7 @@
 use http::Method;
 use ursula_wire::cursor::Cursor;
 
-use crate::proxy::Prepared;
+use crate::prepared::Prepared;
 
 /// An SSE request that can share a subscription.
 pub(crate) struct TailRequest {

@@ -55,7 +55,7 @@ impl FromRequest<Arc<App>> for Admitted {
             _ => parts.headers.contains_key(http::header::TRANSFER_ENCODING),
         };
         let closes = request::flag(&parts.headers, headers::STREAM_CLOSED);
-        let Some(write) = Write::of(&target, &parts.method, closes, has_body) else {
+        let Some(write) = target.write(&parts.method, closes, has_body) else {
             return Err(method_not_allowed(&target, &parts.method));
         };
         let refused = |error: ApiError| error.during(Some(write));

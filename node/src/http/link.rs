@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use bytes::{Buf, Bytes, BytesMut};
 use futures_util::FutureExt;
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -64,9 +64,10 @@ impl Drop for OpenLink {
 }
 
 /// `GET /_ursula/link` asking to upgrade to `ursula-link/1`: agrees, and the link runs once
-/// hyper hands the connection over, counted open (the listener's shutdown waits) until its
-/// last answer is written. Without the upgrade, the path is no route.
-pub async fn accept(State(app): State<Arc<App>>, mut request: Request) -> Response<Body> {
+/// hyper hands the connection over, its requests answered by `router`, counted open (the
+/// listener's shutdown waits) until its last answer is written. Without the upgrade, the path
+/// is no route.
+pub fn accept(app: Arc<App>, mut request: Request, router: Router) -> Response<Body> {
     let upgrade = request
         .headers()
         .get(UPGRADE)
@@ -86,7 +87,7 @@ pub async fn accept(State(app): State<Arc<App>>, mut request: Request) -> Respon
             }
         };
         // Bytes hyper read past the upgrade request are the upgraded stream's first.
-        serve(&open.0, TokioIo::new(upgraded)).await;
+        serve(&open.0, router, TokioIo::new(upgraded)).await;
     });
     Reply::new(StatusCode::SWITCHING_PROTOCOLS)
         .header("connection", "upgrade")
@@ -124,9 +125,7 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(2);
 /// storage threads' wake-ups; nothing is handed between tasks, so a burst of requests costs
 /// one wake-up of this task, not one per request. Reading goes on while answers are written,
 /// so that neither side can wait for the other with both directions full.
-async fn serve(app: &Arc<App>, io: TokioIo<Upgraded>) {
-    // The link's requests take the same routes and layers as requests over HTTP.
-    let router = super::routes::router(app.clone());
+async fn serve(app: &App, router: Router, io: TokioIo<Upgraded>) {
     let (mut reader, mut writer) = tokio::io::split(io);
     let mut buffer = BytesMut::with_capacity(READ_BUFFER);
     let mut out = BytesMut::with_capacity(READ_BUFFER);

@@ -15,10 +15,7 @@
 //! of a bucket create, a redirect of a delete). Snapshot and retention PUTs are never marked,
 //! not even by admission: the spec says they "carry no marker", and repeating one is harmless.
 
-use http::Method;
 use ursula_wire::ErrorToken;
-
-use super::route::Target;
 
 /// How far a request got before it was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,21 +51,6 @@ pub enum Write {
 }
 
 impl Write {
-    /// The write a request names, or `None` for a read (or a method no write route takes).
-    /// `closes`: it carries `Stream-Closed: true`; `has_body`: a body is declared or sent.
-    pub fn of(target: &Target, method: &Method, closes: bool, has_body: bool) -> Option<Self> {
-        Some(match (target, method) {
-            (Target::Bucket(_), &Method::PUT) => Self::CreateBucket,
-            (Target::Stream(_), &Method::PUT) => Self::CreateStream { staged: false },
-            (Target::Stream(_), &Method::POST) if closes && !has_body => Self::Close,
-            (Target::Stream(_), &Method::POST) => Self::Append { staged: false },
-            (Target::Stream(_), &Method::DELETE) => Self::DeleteStream,
-            (Target::Snapshot(..), &Method::PUT) => Self::PublishSnapshot,
-            (Target::Retention(..), &Method::PUT) => Self::AdvanceRetention,
-            _ => return None,
-        })
-    }
-
     /// The same write, knowing now whether its body is staged in object storage.
     pub fn staged(self, staged: bool) -> Self {
         match self {

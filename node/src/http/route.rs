@@ -5,9 +5,11 @@
 //! - `/v1/stream/{name}`: the compatibility family, `{name}` in the configured compat bucket.
 //!   `v1` is not a valid bucket ID (too short), so the families cannot collide.
 
+use http::Method;
 use ursula_wire::ErrorToken;
 
 use super::error::ApiError;
+use super::marking::Write;
 use crate::machine::StreamPath;
 use crate::names::{is_valid_bucket, is_valid_stream_name, percent_decode};
 
@@ -23,6 +25,22 @@ pub enum Target {
 }
 
 impl Target {
+    /// The write a request for this resource is, or `None` for a read (or a method no write
+    /// route takes). `closes`: it carries `Stream-Closed: true`; `has_body`: a body is
+    /// declared or sent.
+    pub fn write(&self, method: &Method, closes: bool, has_body: bool) -> Option<Write> {
+        Some(match (self, method) {
+            (Self::Bucket(_), &Method::PUT) => Write::CreateBucket,
+            (Self::Stream(_), &Method::PUT) => Write::CreateStream { staged: false },
+            (Self::Stream(_), &Method::POST) if closes && !has_body => Write::Close,
+            (Self::Stream(_), &Method::POST) => Write::Append { staged: false },
+            (Self::Stream(_), &Method::DELETE) => Write::DeleteStream,
+            (Self::Snapshot(..), &Method::PUT) => Write::PublishSnapshot,
+            (Self::Retention(..), &Method::PUT) => Write::AdvanceRetention,
+            _ => return None,
+        })
+    }
+
     /// The bucket the target is in, which decides its Raft group.
     pub fn bucket(&self) -> &str {
         match self {
@@ -173,6 +191,90 @@ mod tests {
         ];
         for (path, token) in cases {
             assert_eq!(parse(path, "default").unwrap_err().token, token, "{path}");
+        }
+    }
+
+    #[test]
+    fn writes_are_named_from_the_request() {
+        let append = Write::Append { staged: false };
+        let cases = [
+            (
+                Target::Bucket("bkt".into()),
+                Method::PUT,
+                false,
+                false,
+                Some(Write::CreateBucket),
+            ),
+            (
+                Target::Stream(stream("b", "s")),
+                Method::PUT,
+                false,
+                true,
+                Some(Write::CreateStream { staged: false }),
+            ),
+            (
+                Target::Stream(stream("b", "s")),
+                Method::POST,
+                false,
+                true,
+                Some(append),
+            ),
+            (
+                Target::Stream(stream("b", "s")),
+                Method::POST,
+                true,
+                true,
+                Some(append),
+            ),
+            (
+                Target::Stream(stream("b", "s")),
+                Method::POST,
+                true,
+                false,
+                Some(Write::Close),
+            ),
+            (
+                Target::Stream(stream("b", "s")),
+                Method::DELETE,
+                false,
+                false,
+                Some(Write::DeleteStream),
+            ),
+            (
+                Target::Stream(stream("b", "s")),
+                Method::GET,
+                false,
+                false,
+                None,
+            ),
+            (
+                Target::Bootstrap(stream("b", "s")),
+                Method::PUT,
+                false,
+                true,
+                None,
+            ),
+            (
+                Target::Snapshot(stream("b", "s"), "1".into()),
+                Method::PUT,
+                false,
+                true,
+                Some(Write::PublishSnapshot),
+            ),
+            (
+                Target::Retention(stream("b", "s"), "1".into()),
+                Method::PUT,
+                false,
+                false,
+                Some(Write::AdvanceRetention),
+            ),
+        ];
+        for (target, method, closes, has_body, expected) in cases {
+            assert_eq!(
+                target.write(&method, closes, has_body),
+                expected,
+                "{target:?} {method}"
+            );
         }
     }
 

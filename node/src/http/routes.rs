@@ -39,13 +39,18 @@ pub fn router(app: Arc<App>) -> Router {
             "/{bucket}/{stream}/retention/{offset}",
             put(advance_retention),
         )
-        .route(ursula_wire::link::PATH, get(link::accept))
+        .route(ursula_wire::link::PATH, get(gateway_link))
         .fallback(no_route)
         .method_not_allowed_fallback(no_route)
         .layer(from_fn_with_state(app.clone(), layers::redirects))
         .layer(from_fn_with_state(app.clone(), layers::request_seconds))
         .layer(from_fn(layers::browser_headers))
         .with_state(app)
+}
+
+/// The gateway link's requests take the same routes and layers as requests over HTTP.
+async fn gateway_link(State(app): State<Arc<App>>, request: Request) -> Response<Body> {
+    link::accept(app.clone(), request, router(app))
 }
 
 async fn no_route(State(app): State<Arc<App>>, method: Method, uri: Uri) -> ApiError {

@@ -4,7 +4,6 @@ use ursula_wire::ErrorToken as T;
 use super::*;
 use crate::engine::EngineError;
 use crate::http::error::ApiError;
-use crate::machine::StreamPath;
 
 const APPEND: Write = Write::Append { staged: false };
 const STAGED_APPEND: Write = Write::Append { staged: true };
@@ -164,50 +163,7 @@ fn what_the_spec_leaves_unmarked() {
 }
 
 #[test]
-fn writes_are_named_from_the_request() {
-    let stream = || Target::Stream(StreamPath::new("b", "s"));
-    let cases = [
-        (
-            Target::Bucket("bkt".into()),
-            Method::PUT,
-            false,
-            false,
-            Some(Write::CreateBucket),
-        ),
-        (stream(), Method::PUT, false, true, Some(CREATE)),
-        (stream(), Method::POST, false, true, Some(APPEND)),
-        (stream(), Method::POST, true, true, Some(APPEND)),
-        (stream(), Method::POST, true, false, Some(Write::Close)),
-        (
-            stream(),
-            Method::DELETE,
-            false,
-            false,
-            Some(Write::DeleteStream),
-        ),
-        (stream(), Method::GET, false, false, None),
-        (
-            Target::Snapshot(StreamPath::new("b", "s"), "1".into()),
-            Method::PUT,
-            false,
-            true,
-            Some(Write::PublishSnapshot),
-        ),
-        (
-            Target::Retention(StreamPath::new("b", "s"), "1".into()),
-            Method::PUT,
-            false,
-            false,
-            Some(Write::AdvanceRetention),
-        ),
-    ];
-    for (target, method, closes, has_body, expected) in cases {
-        assert_eq!(
-            Write::of(&target, &method, closes, has_body),
-            expected,
-            "{target:?} {method}"
-        );
-    }
+fn deletes_and_staged_creates_go_to_raft_unchecked() {
     assert!(!STAGED_CREATE.checks_leadership());
     assert!(!Write::DeleteStream.checks_leadership());
     assert!(CREATE.checks_leadership() && APPEND.checks_leadership());

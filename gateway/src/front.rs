@@ -1,0 +1,168 @@
+//! The gateway's listeners as route tables: the client listener, where every stream route of
+//! the API overview is forwarded to the nodes, and the gateway's own admin listener.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::middleware::{Next, from_fn_with_state};
+use axum::response::IntoResponse;
+use axum::routing::{any, get};
+use http::header::HeaderValue;
+use http::{Response, StatusCode, Uri};
+use ursula_wire::{ErrorToken, headers};
+
+use crate::proxy::Gateway;
+use crate::refusal::{Body, Refusal, full};
+
+pub fn client(gateway: Arc<Gateway>) -> Router {
+    Router::new()
+        // The nodes' admin routes are on the nodes' admin listeners, never forwarded (the
+        // bucket ID `admin` is reserved, so no stream route starts with `/admin/`).
+        .route("/admin", any(not_forwarded))
+        .route("/admin/", any(not_forwarded))
+        .route("/admin/{*route}", any(not_forwarded))
+        .route("/healthz", any(not_forwarded))
+        .route("/readyz", any(not_forwarded))
+        .route("/metrics", any(not_forwarded))
+        // Every stream route, `/{bucket}/...` and `/v1/stream/{name}`, goes to the nodes,
+        // which name the refusal of a path they do not take.
+        .fallback(forward)
+        .layer(from_fn_with_state(gateway.clone(), vouch))
+        .with_state(gateway)
+}
+
+pub fn admin(gateway: Arc<Gateway>) -> Router {
+    Router::new()
+        .route("/healthz", get(ok))
+        .route("/readyz", get(ok))
+        .route("/metrics", get(metrics))
+        .fallback(no_admin_route)
+        .with_state(gateway)
+}
+
+async fn forward(State(gateway): State<Arc<Gateway>>, request: Request) -> Response<Body> {
+    gateway.handle(request).await
+}
+
+async fn not_forwarded(State(gateway): State<Arc<Gateway>>, uri: Uri) -> Refusal {
+    gateway.metrics.refusals.fetch_add(1, Ordering::Relaxed);
+    Refusal::new(
+        ErrorToken::NotFound,
+        format!(
+            "{} is not forwarded: node admin routes are on the nodes' admin listeners",
+            uri.path()
+        ),
+        true,
+    )
+}
+
+/// Every answer the gateway returns carries the vouch: it applied the redirect rule, so a
+/// marker on the answer can be trusted.
+async fn vouch(
+    State(gateway): State<Arc<Gateway>>,
+    request: Request,
+    next: Next,
+) -> Response<Body> {
+    gateway.metrics.requests.fetch_add(1, Ordering::Relaxed);
+    let mut response = next.run(request).await;
+    response
+        .headers_mut()
+        .insert(headers::NOT_APPLIED_CHECKED, HeaderValue::from_static("1"));
+    response
+}
+
+async fn ok() -> Response<Body> {
+    json(StatusCode::OK, r#"{"status":"ok"}"#.to_owned())
+}
+
+async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response<Body> {
+    let (tails_open, tail_clients) = gateway.shared_tails();
+    let mut response = Response::new(full(gateway.metrics.render(tails_open, tail_clients)));
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    response
+}
+
+async fn no_admin_route(uri: Uri) -> Response<Body> {
+    let body = ursula_wire::ErrorBody::new(
+        ErrorToken::NotFound,
+        format!("no admin route {:?}", uri.path()),
+    );
+    json(
+        StatusCode::NOT_FOUND,
+        String::from_utf8_lossy(&body.to_json()).into_owned(),
+    )
+}
+
+fn json(status: StatusCode, text: String) -> Response<Body> {
+    let mut response = (status, text).into_response();
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use tower::ServiceExt;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn node_admin_routes_are_refused_marked_and_vouched() {
+        let config = crate::config::Config {
+            upstreams: vec!["http://127.0.0.1:9".into()],
+            ..Default::default()
+        };
+        let gateway = Arc::new(Gateway::new(config, None));
+        for path in [
+            "/admin",
+            "/admin/",
+            "/admin/drain",
+            "/admin/buckets/x/purge",
+            "/healthz",
+            "/readyz",
+            "/metrics",
+        ] {
+            let request = Request::builder()
+                .method("POST")
+                .uri(path)
+                .body(Body::empty())
+                .expect("a request");
+            let answer = client(gateway.clone())
+                .oneshot(request)
+                .await
+                .expect("an answer");
+            assert_eq!(answer.status(), StatusCode::NOT_FOUND, "{path}");
+            assert_eq!(answer.headers()[headers::NOT_APPLIED], "NotFound", "{path}");
+            assert_eq!(
+                answer.headers()[headers::NOT_APPLIED_CHECKED],
+                "1",
+                "{path}"
+            );
+        }
+        // Paths that only look like them are stream routes: forwarded (here to no node).
+        for path in ["/administrators/x", "/demo/admin", "/v1/stream/admin"] {
+            let request = Request::builder()
+                .method("POST")
+                .uri(path)
+                .body(Body::empty())
+                .expect("a request");
+            let answer = client(gateway.clone())
+                .oneshot(request)
+                .await
+                .expect("an answer");
+            assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE, "{path}");
+            assert_eq!(
+                answer.headers()[headers::NOT_APPLIED_CHECKED],
+                "1",
+                "{path}"
+            );
+        }
+    }
+}
