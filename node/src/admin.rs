@@ -165,9 +165,8 @@ async fn replica(
         }
     }
     let applied = engine
-        .raft()
-        .and_then(|raft| raft.metrics().borrow().last_applied)
-        .map_or(0, |id| id.index);
+        .group_status()
+        .map_or(0, |status| status.applied_index);
     let body = serde_json::json!({
         "bucket": bucket,
         "stream": stream,

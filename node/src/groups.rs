@@ -73,12 +73,8 @@ impl Groups {
     /// Groups whose leader is this node.
     pub fn led_here(&self) -> usize {
         self.all()
-            .filter_map(|engine| engine.raft())
-            .filter(|raft| {
-                let metrics = raft.metrics();
-                let metrics = metrics.borrow();
-                metrics.current_leader == Some(metrics.id)
-            })
+            .filter_map(|engine| engine.group_status())
+            .filter(|status| status.leads())
             .count()
     }
 
@@ -108,14 +104,13 @@ impl Groups {
     /// always is).
     pub fn caught_up(&self) -> Result<(), String> {
         for (group, engine) in self.hosted() {
-            let Some(raft) = engine.raft() else { continue };
-            let metrics = raft.metrics();
-            let metrics = metrics.borrow();
-            if metrics.current_leader.is_none() {
+            let Some(status) = engine.group_status() else {
+                continue;
+            };
+            if status.leader.is_none() {
                 return Err(format!("group {group} knows no leader"));
             }
-            let last = metrics.last_log_index.unwrap_or(0);
-            let applied = metrics.last_applied.map_or(0, |id| id.index);
+            let (last, applied) = (status.last_log_index, status.applied_index);
             if last.saturating_sub(applied) > READY_APPLY_LAG {
                 return Err(format!(
                     "group {group} has {} entries to apply",

@@ -18,7 +18,7 @@ pub async fn sweep(engine: Arc<Engine>) {
         if engine.leadership() != Leadership::Here {
             continue;
         }
-        if engine.raft().is_some()
+        if engine.group_status().is_some()
             && let Some(touches) = engine.take_touches()
             && let Err(EngineError::Stopped) = engine.propose(touches).await
         {

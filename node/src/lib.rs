@@ -24,7 +24,7 @@ use tokio::net::TcpListener;
 
 use cluster::ClusterView;
 use config::Config;
-use engine::{Engine, EngineError};
+use engine::{Engine, EngineError, EngineSettings, Sequencer};
 use groups::Groups;
 use machine::{Command, Refusal};
 
@@ -102,12 +102,15 @@ pub async fn start(config: Config) -> Result<Node, StartError> {
     let (stopping, stop_signal) = tokio::sync::watch::channel(false);
     let (groups, log_bytes, cluster_addr) = match ClusterView::from_config(&config) {
         None => {
-            let engine = Engine::open(
-                &config.data_dir,
-                config.limits(),
-                &config.raft.wal,
-                config.server.request_timeout,
-            )?;
+            let settings = EngineSettings {
+                limits: config.limits(),
+                wal: &config.raft.wal,
+                request_timeout: config.server.request_timeout,
+                max_uncommitted: u64::MAX,
+                tail_cache_bytes: engine::TAIL_CACHE_BYTES,
+                metrics: Default::default(),
+            };
+            let engine = Engine::open(&config.data_dir, settings, Sequencer::Local).await?;
             match engine
                 .propose(Command::CreateBucket {
                     bucket: config.server.compat_bucket.clone(),
@@ -124,15 +127,11 @@ pub async fn start(config: Config) -> Result<Node, StartError> {
             // Bound first, so that peers reach this node as soon as its groups start.
             let listener = bind(config.server.cluster_listen).await?;
             let cluster_addr = local(&listener, config.server.cluster_listen)?;
-            let (engines, log) = cluster::bootstrap::start_groups(&config, &view)
+            let replicas = cluster::bootstrap::start_groups(&config, &view)
                 .await
                 .map_err(StartError::Cluster)?;
-            let rafts = Arc::new(
-                engines
-                    .iter()
-                    .map(|e| e.as_ref().and_then(|e| e.raft().cloned()))
-                    .collect(),
-            );
+            let (engines, log) = (replicas.engines, replicas.log);
+            let rafts = Arc::new(replicas.rafts);
             let metrics = engines
                 .iter()
                 .flatten()

@@ -51,20 +51,17 @@ pub fn render(groups: &Groups, out: &mut String) {
     ];
     let rows: Vec<(usize, [u64; 6])> = groups
         .hosted()
-        .filter_map(|(group, engine)| engine.raft().map(|raft| (group, raft)))
-        .map(|(group, raft)| {
-            let m = raft.metrics().borrow().clone();
-            let last_log = m.last_log_index.unwrap_or(0);
-            let applied = m.last_applied.map_or(0, |id| id.index);
+        .filter_map(|(group, engine)| engine.group_status().map(|status| (group, status)))
+        .map(|(group, s)| {
             (
                 group,
                 [
-                    u64::from(m.current_leader == Some(m.id)),
-                    m.current_leader.unwrap_or(0),
-                    m.current_term,
-                    last_log,
-                    applied,
-                    last_log.saturating_sub(applied),
+                    u64::from(s.leads()),
+                    s.leader.unwrap_or(0),
+                    s.term,
+                    s.last_log_index,
+                    s.applied_index,
+                    s.last_log_index.saturating_sub(s.applied_index),
                 ],
             )
         })

@@ -2,13 +2,15 @@
 
 use std::sync::Arc;
 
+use super::group::RaftGroup;
 use super::log_store::{LogDb, LogStore};
 use super::network::{GroupNetwork, http2_client};
 use super::state_machine::GroupStateMachine;
 use super::types::Raft;
 use super::{ClusterView, cluster_urls, membership};
 use crate::config::Config;
-use crate::engine::{Engine, Metrics};
+use crate::engine::replication::BoxFuture;
+use crate::engine::{Engine, EngineSettings, Metrics, Replication, Sequencer, TAIL_CACHE_BYTES};
 
 /// openraft's settings. openraft 0.9 gives every AppendEntries (heartbeats too) its heartbeat
 /// interval as the deadline, so with a 100 ms heartbeat a follower whose fsync stalls for
@@ -35,13 +37,17 @@ fn raft_config(config: &Config) -> Result<Arc<openraft::Config>, String> {
         .map_err(|e| format!("invalid Raft settings: {e}"))
 }
 
-/// Opens and starts every group this node hosts (`None` for the others). A group whose log is
-/// empty joins its static membership; every voter of it does the same, so they all hold the
-/// same first entry.
-pub async fn start_groups(
-    config: &Config,
-    view: &Arc<ClusterView>,
-) -> Result<(Vec<Option<Arc<Engine>>>, Arc<LogDb>), String> {
+/// This node's replicas: per group, its engine and Raft instance (`None` where this node
+/// does not host the group), and the Raft log they share.
+pub struct Replicas {
+    pub engines: Vec<Option<Arc<Engine>>>,
+    pub rafts: Vec<Option<Raft>>,
+    pub log: Arc<LogDb>,
+}
+
+/// Opens and starts every group this node hosts. A group whose log is empty joins its static
+/// membership; every voter of it does the same, so they all hold the same first entry.
+pub async fn start_groups(config: &Config, view: &Arc<ClusterView>) -> Result<Replicas, String> {
     let metrics = Arc::new(Metrics::default());
     let log = LogDb::open(
         &config.data_dir.join("raft"),
@@ -54,27 +60,19 @@ pub async fn start_groups(
     let urls = Arc::new(cluster_urls(view));
     let links = super::network::peer_links(&urls, view.node_id);
     let health = Arc::new(super::link_health::LinkHealth::default());
-    let mut engines = Vec::with_capacity(config.raft.group_count);
+    let mut replicas = Replicas {
+        engines: Vec::with_capacity(config.raft.group_count),
+        rafts: Vec::with_capacity(config.raft.group_count),
+        log: log.clone(),
+    };
     for group in 0..config.raft.group_count {
         if !view.hosts(group) {
-            engines.push(None);
+            replicas.engines.push(None);
+            replicas.rafts.push(None);
             continue;
         }
         let dir = config.data_dir.join("groups").join(group.to_string());
-        let (engine, parts) = Engine::open_replica(
-            &dir,
-            config.limits(),
-            &config.raft.wal,
-            metrics.clone(),
-            config.raft.group_count,
-            config.raft.max_uncommitted_size_per_group,
-            config.server.request_timeout,
-        )
-        .map_err(|e| format!("group {group}: {e}"))?;
         let group = group as u32;
-        let state_machine = GroupStateMachine::new(group, parts)?;
-        let log_store = log.group(group);
-        let watched = log_store.clone();
         let network = GroupNetwork {
             group,
             client: client.clone(),
@@ -82,43 +80,105 @@ pub async fn start_groups(
             links: links.clone(),
             health: health.clone(),
         };
-        let raft = Raft::new(
-            view.node_id,
-            settings.clone(),
-            network,
-            log_store,
-            state_machine,
+        let (started, raft) = tokio::sync::oneshot::channel();
+        let start = {
+            let (settings, view, log) = (settings.clone(), view.clone(), log.clone());
+            let first_entry = FirstEntry::of(config, &view, group);
+            let snapshot_budget =
+                (config.raft.snapshot_log_budget / config.raft.group_count as u64).max(1);
+            move |parts| -> BoxFuture<'static, Result<Arc<dyn Replication>, String>> {
+                Box::pin(async move {
+                    let log_store = log.group(group);
+                    let state_machine = GroupStateMachine::new(group, parts)?;
+                    let raft = Raft::new(
+                        view.node_id,
+                        settings,
+                        network,
+                        log_store.clone(),
+                        state_machine,
+                    )
+                    .await
+                    .map_err(|e| format!("cannot start Raft: {e}"))?;
+                    first_entry.join(&raft).await?;
+                    tokio::spawn(snapshot_on_log_bytes(
+                        raft.clone(),
+                        log_store,
+                        snapshot_budget,
+                    ));
+                    let _ = started.send(raft.clone());
+                    let group: Arc<dyn Replication> =
+                        Arc::new(RaftGroup::new(raft, log.writer_turns()));
+                    Ok(group)
+                })
+            }
+        };
+        let engine = Engine::open(
+            &dir,
+            EngineSettings {
+                limits: config.limits(),
+                wal: &config.raft.wal,
+                request_timeout: config.server.request_timeout,
+                max_uncommitted: config.raft.max_uncommitted_size_per_group,
+                // The node's tail-cache memory is shared out among its groups.
+                tail_cache_bytes: (TAIL_CACHE_BYTES / config.raft.group_count.max(1))
+                    .max(32 * 1024 * 1024),
+                metrics: metrics.clone(),
+            },
+            Sequencer::Replicated(Box::new(start)),
         )
         .await
-        .map_err(|e| format!("group {group}: cannot start Raft: {e}"))?;
-        let initialized = raft
-            .is_initialized()
+        .map_err(|e| format!("group {group}: {e}"))?;
+        let raft = raft
             .await
-            .map_err(|e| format!("group {group}: {e}"))?;
-        if !initialized {
-            // Each group's first leader is its preferred voter, so that leadership starts out
-            // spread over the voters. The others initialize too, later, in case it is down.
-            let voters = view.voters_of(group as usize);
-            let preferred = voters[group as usize % voters.len()];
-            let delay = if preferred == view.node_id {
-                std::time::Duration::ZERO
-            } else {
-                config.raft.election_timeout * 3
-            };
-            let members = membership(view, group as usize);
-            tokio::spawn(initialize(raft.clone(), members, delay, group));
-        }
-        let budget = config.raft.snapshot_log_budget / config.raft.group_count as u64;
-        tokio::spawn(snapshot_on_log_bytes(raft.clone(), watched, budget.max(1)));
+            .map_err(|_| format!("group {group}: Raft did not start"))?;
         tokio::spawn(send_heartbeats(
             raft.clone(),
             engine.clone(),
             config.raft.heartbeat_interval,
         ));
-        engine.set_raft(raft, log.writer_turns());
-        engines.push(Some(engine));
+        replicas.engines.push(Some(engine));
+        replicas.rafts.push(Some(raft));
     }
-    Ok((engines, log))
+    Ok(replicas)
+}
+
+/// How a group with an empty log gets its first entry: each group's first leader is its
+/// preferred voter, so that leadership starts out spread over the voters. The others
+/// initialize too, later, in case it is down.
+struct FirstEntry {
+    group: u32,
+    members: std::collections::BTreeMap<super::types::NodeId, openraft::BasicNode>,
+    delay: std::time::Duration,
+}
+
+impl FirstEntry {
+    fn of(config: &Config, view: &ClusterView, group: u32) -> Self {
+        let voters = view.voters_of(group as usize);
+        let preferred = voters[group as usize % voters.len()];
+        let delay = if preferred == view.node_id {
+            std::time::Duration::ZERO
+        } else {
+            config.raft.election_timeout * 3
+        };
+        Self {
+            group,
+            members: membership(view, group as usize),
+            delay,
+        }
+    }
+
+    async fn join(self, raft: &Raft) -> Result<(), String> {
+        let initialized = raft.is_initialized().await.map_err(|e| e.to_string())?;
+        if !initialized {
+            tokio::spawn(initialize(
+                raft.clone(),
+                self.members,
+                self.delay,
+                self.group,
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// A leader's heartbeats (see `raft_config`), every `every`, unless the node drains: a

@@ -20,6 +20,7 @@ pub mod bootstrap;
 mod call_error;
 pub mod coalesce;
 pub mod frame;
+mod group;
 mod link_health;
 pub mod log_store;
 mod log_writer;

@@ -7,7 +7,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::machine::{Command, Outcome, Refusal};
 
-pub type NodeId = u64;
+pub use crate::engine::NodeId;
 
 openraft::declare_raft_types!(
     pub TypeConfig:

@@ -157,6 +157,8 @@ impl Engine {
                 Err(EngineError::Stopped) => return,
                 Err(error) => tracing::warn!(group = cold.group, %error, "cold flush failed"),
             }
+            // A leader cut off from its voters may not know it yet; one that swept on would
+            // delete what a new leader flushed.
             if last_sweep.elapsed() >= config.sweep_interval && self.confirm_leadership().await {
                 last_sweep = Instant::now();
                 if let Err(error) = self.sweep(cold, config.sweep_grace).await {
@@ -277,23 +279,8 @@ impl Engine {
     /// not know of every segment yet, and would upload records that are already cold. (Its
     /// flush would then be trimmed or refused by the state machine; this saves the upload.)
     fn applied_its_log(&self) -> bool {
-        self.raft().is_none_or(|raft| {
-            let metrics = raft.metrics();
-            let metrics = metrics.borrow();
-            metrics
-                .last_applied
-                .is_some_and(|id| id.leader_id.term == metrics.current_term)
-        })
-    }
-
-    /// Confirms with a quorum that this node still leads, and waits until it has applied
-    /// everything committed before: an openraft leader cut off from its voters does not step
-    /// down by itself, and one that swept on would delete what a new leader flushed.
-    async fn confirm_leadership(&self) -> bool {
-        match self.raft() {
-            None => true,
-            Some(raft) => raft.ensure_linearizable().await.is_ok(),
-        }
+        self.group_status()
+            .is_none_or(|status| status.applied_current_term)
     }
 
     /// Deletes the group's objects that no segment refers to and that are older than

@@ -1,7 +1,7 @@
 //! The engine's one error type: what a proposal or a read of the engine can end in. A leaf,
 //! so that the cluster's proposal batcher can name it without importing the engine.
 
-use crate::cluster::types::NodeId;
+use super::replication::NodeId;
 use crate::machine::Refusal;
 use crate::storage::StorageError;
 

@@ -7,13 +7,15 @@ pub mod error;
 mod metrics;
 mod read;
 mod registry;
+pub mod replication;
 mod touch;
 pub mod uncommitted;
 mod writer;
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -23,12 +25,13 @@ pub use metrics::Metrics;
 pub use read::{ReadError, Slice};
 pub use registry::{RenderKey, Rendered, StreamHandle};
 
-use crate::cluster::types::{NodeId, Raft};
-use crate::machine::{BucketState, Command, Limits, Outcome, StreamMeta, StreamPath};
+use crate::config::WalConfig;
+use crate::machine::{BucketState, Command, Limits, Machine, Outcome, StreamMeta, StreamPath};
 use crate::storage::Store;
 use crate::storage::wal::{Replay, Wal};
 use applier::Applier;
 pub use registry::Registry;
+pub use replication::{GroupStatus, NodeId, Replication, StartReplication};
 use touch::TouchTracker;
 pub use uncommitted::UncommittedGuard;
 use writer::{Proposal, Writer};
@@ -37,8 +40,8 @@ use writer::{Proposal, Writer};
 const INBOX_CAPACITY: usize = 16 * 1024;
 /// Durable batches waiting for the applier; beyond this the writer waits.
 const APPLIER_BACKLOG: usize = 4096;
-/// Memory for tail caches across all streams.
-const TAIL_CACHE_BYTES: usize = 256 * 1024 * 1024;
+/// Memory for tail caches across all streams of a node.
+pub const TAIL_CACHE_BYTES: usize = 256 * 1024 * 1024;
 
 /// What a reader finds at a path.
 pub enum Lookup {
@@ -48,12 +51,31 @@ pub enum Lookup {
     Missing,
 }
 
-/// Who orders this engine's commands.
-enum Proposer {
+/// Who orders an engine's commands.
+pub enum Sequencer {
     /// The single node's own writer thread and WAL.
+    Local,
+    /// The group's replication, started around its replica's state machine.
+    Replicated(StartReplication),
+}
+
+enum Proposer {
     Local(mpsc::Sender<Proposal>),
-    /// The group's Raft instance and its proposal batcher, set once it has started.
-    Raft(std::sync::OnceLock<(Raft, Arc<crate::cluster::batcher::Batcher>)>),
+    Replicated(Arc<dyn Replication>),
+}
+
+/// What an engine is opened with.
+pub struct EngineSettings<'a> {
+    pub limits: Limits,
+    pub wal: &'a WalConfig,
+    /// How long `propose` waits for its answer (`server.request_timeout`).
+    pub request_timeout: Duration,
+    /// Body bytes proposed and not yet answered at most (`raft.max_uncommitted_size_per_group`;
+    /// a local writer is bounded by its inbox instead).
+    pub max_uncommitted: u64,
+    /// Memory for the tail caches of this engine's streams.
+    pub tail_cache_bytes: usize,
+    pub metrics: Arc<Metrics>,
 }
 
 /// Where the leader of an engine's group is, as this node knows it.
@@ -64,9 +86,10 @@ pub enum Leadership {
     Unknown,
 }
 
-/// What a Raft group's state machine is made of, handed to it by `Engine::open_replica`.
+/// What a replicated group's state machine is made of, handed to its replication by
+/// `Engine::open`.
 pub struct ReplicaParts {
-    pub machine: crate::machine::Machine,
+    pub machine: Machine,
     pub store: Arc<Store>,
     pub registry: Arc<Registry>,
     pub applier: std::sync::mpsc::SyncSender<AppliedBatch>,
@@ -78,7 +101,7 @@ pub struct Engine {
     proposer: Proposer,
     /// Body bytes of creates and appends proposed to Raft and not yet answered, and the most
     /// there may be (`raft.max_uncommitted_size_per_group`).
-    uncommitted: Arc<std::sync::atomic::AtomicU64>,
+    uncommitted: Arc<AtomicU64>,
     max_uncommitted: u64,
     /// Set while the node drains: it takes no writes and lets its groups' leadership go.
     draining: std::sync::atomic::AtomicBool,
@@ -87,11 +110,11 @@ pub struct Engine {
     touches: Arc<TouchTracker>,
     pub metrics: Arc<Metrics>,
     /// Log bytes past the last checkpoint.
-    pub log_bytes: Arc<std::sync::atomic::AtomicU64>,
+    pub log_bytes: Arc<AtomicU64>,
     /// Where older records go, when the node has a cold tier.
     cold: std::sync::OnceLock<cold::ColdTier>,
     /// How long `propose` waits for its answer (`server.request_timeout`).
-    request_timeout: std::time::Duration,
+    request_timeout: Duration,
 }
 
 pub fn now_ms() -> u64 {
@@ -104,10 +127,10 @@ pub fn now_ms() -> u64 {
 /// durable, so the WAL before it may go.
 fn recover(
     store: &Store,
-    mut machine: crate::machine::Machine,
+    mut machine: Machine,
     applied: u64,
     replay: Vec<Replay>,
-) -> Result<crate::machine::Machine, EngineError> {
+) -> Result<Machine, EngineError> {
     let mut effects = Vec::new();
     let mut last = applied;
     for record in replay.into_iter().filter(|r| r.seq > applied) {
@@ -131,163 +154,136 @@ fn recover(
     Ok(machine)
 }
 
+/// The state readers use, published from `machine` up to log position `stored`.
+fn published(
+    store: &Store,
+    machine: &Machine,
+    tail_cache_bytes: usize,
+    stored: u64,
+) -> Result<Arc<Registry>, EngineError> {
+    let registry = Arc::new(Registry::new(tail_cache_bytes, stored));
+    registry.reset(
+        machine.buckets(),
+        machine.streams().map(|s| &s.meta),
+        store.cold_segments()?,
+    );
+    Ok(registry)
+}
+
+fn spawn(name: &str, run: impl FnOnce() + Send + 'static) -> Result<(), EngineError> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(run)
+        .map(|_| ())
+        .map_err(|e| EngineError::Storage(format!("cannot start a thread: {e}")))
+}
+
 impl Engine {
-    /// Opens storage, restores the machine (replaying the WAL past the last checkpoint) and
-    /// starts the writer thread.
-    pub fn open(
-        data_dir: &Path,
-        limits: Limits,
-        wal_config: &crate::config::WalConfig,
-        request_timeout: std::time::Duration,
+    /// Opens a group's storage in `dir` and restores its machine; then `sequencer` orders its
+    /// commands: a local writer (which first replays its WAL past the last checkpoint), or
+    /// the group's replication, which takes the machine.
+    pub async fn open(
+        dir: &Path,
+        settings: EngineSettings<'_>,
+        sequencer: Sequencer,
     ) -> Result<Arc<Self>, EngineError> {
-        let store = Arc::new(Store::open(data_dir)?);
-        let (machine, applied) = store.load(limits)?;
-        let (mut wal, replay) = Wal::open(&data_dir.join("wal"), wal_config.segment_size)
-            .map_err(|e| EngineError::Storage(format!("cannot open the WAL: {e}")))?;
-        let machine = recover(&store, machine, applied, replay)?;
-        wal.continue_after(applied);
-        let stored = wal.last_seq();
-        let registry = Arc::new(Registry::new(TAIL_CACHE_BYTES, stored));
-        registry.reset(
-            machine.buckets(),
-            machine.streams().map(|s| &s.meta),
-            store.cold_segments()?,
-        );
+        let store = Arc::new(Store::open(dir)?);
+        let (machine, applied) = store.load(settings.limits)?;
         let touches = Arc::new(TouchTracker::default());
-        let metrics = Arc::new(Metrics::default());
-        let (inbox, rx) = mpsc::channel(INBOX_CAPACITY);
-        let checkpointed = Arc::new(std::sync::atomic::AtomicU64::new(stored));
-        let log_bytes = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let log_bytes = Arc::new(AtomicU64::new(0));
         let (to_applier, applier_inbox) = std::sync::mpsc::sync_channel(APPLIER_BACKLOG);
-        let applier = Applier {
-            store: store.clone(),
-            registry: registry.clone(),
-            checkpointed: checkpointed.clone(),
-            checkpoint_interval: wal_config.checkpoint_interval,
-            commit_interval: applier::NODE_COMMIT_INTERVAL,
+        let applier = |registry: &Arc<Registry>, checkpointed: &Arc<AtomicU64>, commit_interval| {
+            let applier = Applier {
+                store: store.clone(),
+                registry: registry.clone(),
+                checkpointed: checkpointed.clone(),
+                checkpoint_interval: settings.wal.checkpoint_interval,
+                commit_interval,
+            };
+            spawn("ursula-applier", move || applier.run(applier_inbox))
         };
-        let writer = Writer {
-            machine,
-            wal,
-            registry: registry.clone(),
-            touches: touches.clone(),
-            metrics: metrics.clone(),
-            applier: to_applier,
-            checkpointed,
-            log_bytes: log_bytes.clone(),
-            commands: Vec::new(),
+        let (proposer, registry) = match sequencer {
+            Sequencer::Local => {
+                let (mut wal, replay) = Wal::open(&dir.join("wal"), settings.wal.segment_size)
+                    .map_err(|e| EngineError::Storage(format!("cannot open the WAL: {e}")))?;
+                let machine = recover(&store, machine, applied, replay)?;
+                wal.continue_after(applied);
+                let stored = wal.last_seq();
+                let registry = published(&store, &machine, settings.tail_cache_bytes, stored)?;
+                let checkpointed = Arc::new(AtomicU64::new(stored));
+                applier(&registry, &checkpointed, applier::NODE_COMMIT_INTERVAL)?;
+                let (inbox, rx) = mpsc::channel(INBOX_CAPACITY);
+                let writer = Writer {
+                    machine,
+                    wal,
+                    registry: registry.clone(),
+                    touches: touches.clone(),
+                    metrics: settings.metrics.clone(),
+                    applier: to_applier,
+                    checkpointed,
+                    log_bytes: log_bytes.clone(),
+                    commands: Vec::new(),
+                };
+                spawn("ursula-writer", move || writer.run(rx))?;
+                (Proposer::Local(inbox), registry)
+            }
+            Sequencer::Replicated(start) => {
+                let registry = published(&store, &machine, settings.tail_cache_bytes, applied)?;
+                let checkpointed = Arc::new(AtomicU64::new(applied));
+                applier(&registry, &checkpointed, applier::REPLICA_COMMIT_INTERVAL)?;
+                let parts = ReplicaParts {
+                    machine,
+                    store: store.clone(),
+                    registry: registry.clone(),
+                    applier: to_applier,
+                    limits: settings.limits,
+                    metrics: settings.metrics.clone(),
+                };
+                let replication = start(parts).await.map_err(EngineError::Replication)?;
+                (Proposer::Replicated(replication), registry)
+            }
         };
-        let spawn_error =
-            |e: std::io::Error| EngineError::Storage(format!("cannot start a thread: {e}"));
-        std::thread::Builder::new()
-            .name("ursula-applier".into())
-            .spawn(move || applier.run(applier_inbox))
-            .map_err(spawn_error)?;
-        std::thread::Builder::new()
-            .name("ursula-writer".into())
-            .spawn(move || writer.run(rx))
-            .map_err(spawn_error)?;
         Ok(Arc::new(Self {
-            proposer: Proposer::Local(inbox),
+            proposer,
             uncommitted: Default::default(),
-            max_uncommitted: u64::MAX,
+            max_uncommitted: settings.max_uncommitted,
             draining: Default::default(),
             store,
             registry,
             touches,
-            metrics,
+            metrics: settings.metrics,
             log_bytes,
             cold: Default::default(),
-            request_timeout,
+            request_timeout: settings.request_timeout,
         }))
     }
 
-    /// The read side of one Raft group's replica: storage, the published state and the
-    /// applier. The group's state machine takes the parts; `set_raft` connects the proposer.
-    pub fn open_replica(
-        dir: &Path,
-        limits: Limits,
-        wal_config: &crate::config::WalConfig,
-        metrics: Arc<Metrics>,
-        group_count: usize,
-        max_uncommitted: u64,
-        request_timeout: std::time::Duration,
-    ) -> Result<(Arc<Self>, ReplicaParts), EngineError> {
-        let store = Arc::new(Store::open(dir)?);
-        let (machine, applied) = store.load(limits)?;
-        // The node's tail-cache memory is shared out among its groups.
-        let cache = (TAIL_CACHE_BYTES / group_count.max(1)).max(32 * 1024 * 1024);
-        let registry = Arc::new(Registry::new(cache, applied));
-        registry.reset(
-            machine.buckets(),
-            machine.streams().map(|s| &s.meta),
-            store.cold_segments()?,
-        );
-        let (to_applier, applier_inbox) = std::sync::mpsc::sync_channel(APPLIER_BACKLOG);
-        let applier = Applier {
-            store: store.clone(),
-            registry: registry.clone(),
-            checkpointed: Arc::new(std::sync::atomic::AtomicU64::new(applied)),
-            checkpoint_interval: wal_config.checkpoint_interval,
-            commit_interval: applier::REPLICA_COMMIT_INTERVAL,
-        };
-        std::thread::Builder::new()
-            .name("ursula-applier".into())
-            .spawn(move || applier.run(applier_inbox))
-            .map_err(|e| EngineError::Storage(format!("cannot start a thread: {e}")))?;
-        let engine = Arc::new(Self {
-            proposer: Proposer::Raft(std::sync::OnceLock::new()),
-            uncommitted: Default::default(),
-            max_uncommitted,
-            draining: Default::default(),
-            store: store.clone(),
-            registry: registry.clone(),
-            touches: Arc::new(TouchTracker::default()),
-            metrics: metrics.clone(),
-            log_bytes: Arc::new(std::sync::atomic::AtomicU64::new(0)),
-            cold: Default::default(),
-            request_timeout,
-        });
-        let parts = ReplicaParts {
-            machine,
-            store,
-            registry,
-            applier: to_applier,
-            limits,
-            metrics,
-        };
-        Ok((engine, parts))
-    }
-
-    /// Connects a replica to its started Raft instance.
-    pub fn set_raft(&self, raft: Raft, log_writer_turns: tokio::sync::watch::Receiver<u64>) {
-        if let Proposer::Raft(slot) = &self.proposer {
-            let batcher = crate::cluster::batcher::Batcher::start(raft.clone(), log_writer_turns);
-            let _ = slot.set((raft, batcher));
+    /// What this node knows of the group, when it is replicated.
+    pub fn group_status(&self) -> Option<GroupStatus> {
+        match &self.proposer {
+            Proposer::Replicated(replication) => Some(replication.status()),
+            Proposer::Local(_) => None,
         }
     }
 
-    pub fn raft(&self) -> Option<&Raft> {
+    /// Confirms with a quorum that this node still leads, once it has applied everything
+    /// committed before (a single node always leads).
+    pub async fn confirm_leadership(&self) -> bool {
         match &self.proposer {
-            Proposer::Raft(slot) => slot.get().map(|(raft, _)| raft),
-            Proposer::Local(_) => None,
+            Proposer::Replicated(replication) => replication.confirm_leadership().await,
+            Proposer::Local(_) => true,
         }
     }
 
     /// Whether this node may propose to the group now.
     pub fn leadership(&self) -> Leadership {
-        let Some(raft) = self.raft() else {
-            return match self.proposer {
-                Proposer::Local(_) => Leadership::Here,
-                Proposer::Raft(_) => Leadership::Unknown,
-            };
+        let Some(status) = self.group_status() else {
+            return Leadership::Here;
         };
-        let metrics = raft.metrics();
-        let metrics = metrics.borrow();
-        match metrics.current_leader {
+        match status.leader {
             // A draining leader is on its way out; it proposes nothing more.
-            Some(leader) if leader == metrics.id && self.is_draining() => Leadership::Unknown,
-            Some(leader) if leader == metrics.id => Leadership::Here,
+            Some(_) if status.leads() && self.is_draining() => Leadership::Unknown,
+            Some(_) if status.leads() => Leadership::Here,
             Some(leader) => Leadership::Elsewhere(leader),
             None => Leadership::Unknown,
         }
@@ -308,14 +304,13 @@ impl Engine {
                     .map_err(|_| EngineError::Stopped)?;
                 answer
             }
-            Proposer::Raft(slot) => {
-                let (_, batcher) = slot.get().ok_or(EngineError::NotLeader { leader: None })?;
+            Proposer::Replicated(replication) => {
                 let held = UncommittedGuard::hold(
                     &self.uncommitted,
                     command.body_len(),
                     self.max_uncommitted,
                 )?;
-                batcher.submit(command, held)
+                replication.submit(command, held)
             }
         };
         match tokio::time::timeout_at(deadline, answer).await {
@@ -330,8 +325,8 @@ impl Engine {
     pub fn set_draining(&self, draining: bool) {
         self.draining
             .store(draining, std::sync::atomic::Ordering::Release);
-        if let Some(raft) = self.raft() {
-            raft.runtime_config().elect(!draining);
+        if let Proposer::Replicated(replication) = &self.proposer {
+            replication.allow_campaigns(!draining);
         }
     }
 
