@@ -1,7 +1,6 @@
 //! The engine's one error type: what a proposal or a read of the engine can end in. A leaf,
 //! so that the cluster's proposal batcher can name it without importing the engine.
 
-use super::replication::NodeId;
 use crate::machine::Refusal;
 use crate::storage::StorageError;
 
@@ -15,7 +14,7 @@ pub enum EngineError {
     Stopped,
     /// This node does not lead the group; `leader` is the one it knows of, if any.
     #[error("this node does not lead the stream's Raft group")]
-    NotLeader { leader: Option<NodeId> },
+    NotLeader { leader: Option<u64> },
     #[error("replication failed: {0}")]
     Replication(String),
     /// No answer within `server.request_timeout`. The command may have been proposed, and may
