@@ -6,7 +6,14 @@ use ursula_wire::ports;
 
 use crate::crd::{BucketPurge, UrsulaCluster};
 
-/// The CRD files `crdgen` writes into `crds/`.
+/// Every directory of the repository that ships the CRDs, relative to its root: `crdgen
+/// --write` writes them all, and a test checks them all.
+pub const CRD_DIRS: [&str; 3] = ["crds", "charts/ursula-operator/crds", "deploy/crds"];
+
+/// The command that writes the CRDs into every `CRD_DIRS`.
+pub const CRDGEN: &str = "cargo run -p ursula-operator --bin crdgen -- --write";
+
+/// The CRD files `crdgen` writes.
 pub fn crd_files() -> Vec<(&'static str, String)> {
     let yaml = |crd| {
         serde_json::to_value(&crd)
@@ -417,15 +424,17 @@ mod tests {
     }
 
     #[test]
-    fn committed_crds_match_the_types() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../crds");
-        for (file, yaml) in crd_files() {
-            let committed = std::fs::read_to_string(dir.join(file))
-                .unwrap_or_else(|_| panic!("crds/{file} is missing: run `cargo run -p ursula-operator --bin crdgen -- --out crds`"));
-            assert_eq!(
-                committed, yaml,
-                "crds/{file} differs from the types: run `cargo run -p ursula-operator --bin crdgen -- --out crds`"
-            );
+    fn every_shipped_copy_of_the_crds_matches_the_types() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        for dir in CRD_DIRS {
+            for (file, yaml) in crd_files() {
+                let committed = std::fs::read_to_string(root.join(dir).join(file))
+                    .unwrap_or_else(|_| panic!("{dir}/{file} is missing: run `{CRDGEN}`"));
+                assert_eq!(
+                    committed, yaml,
+                    "{dir}/{file} differs from the types: run `{CRDGEN}`"
+                );
+            }
         }
     }
 }
