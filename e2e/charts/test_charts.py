@@ -36,6 +36,78 @@ def ursulacluster_schema():
     return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 
 
+# The part of Istio's VirtualService the chart renders (field names and types as in Istio's
+# CRD), strict: kubernetes-validate knows only built-in kinds, so the shape is checked here.
+_STRINGS = {"type": "array", "items": {"type": "string", "minLength": 1}}
+VIRTUAL_SERVICE = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"enum": ["networking.istio.io/v1beta1", "networking.istio.io/v1"]},
+        "kind": {"const": "VirtualService"},
+        "metadata": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["name", "namespace"],
+            "properties": {"name": {"type": "string"}, "namespace": {"type": "string"}},
+        },
+        "spec": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["hosts", "http"],
+            "properties": {
+                "hosts": {**_STRINGS, "minItems": 1},
+                "gateways": _STRINGS,
+                "http": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["route", "retries"],
+                        "properties": {
+                            "name": {"type": "string"},
+                            "route": {
+                                "type": "array",
+                                "minItems": 1,
+                                "items": {
+                                    "type": "object",
+                                    "additionalProperties": False,
+                                    "required": ["destination"],
+                                    "properties": {
+                                        "destination": {
+                                            "type": "object",
+                                            "additionalProperties": False,
+                                            "required": ["host"],
+                                            "properties": {
+                                                "host": {"type": "string", "minLength": 1},
+                                                "port": {
+                                                    "type": "object",
+                                                    "additionalProperties": False,
+                                                    "required": ["number"],
+                                                    "properties": {"number": {"type": "integer"}},
+                                                },
+                                            },
+                                        },
+                                    },
+                                },
+                            },
+                            "retries": {
+                                "type": "object",
+                                "properties": {"attempts": {"type": "integer"}},
+                            },
+                            # Istio's CRD: a duration of at least 1ms ("0s" is refused).
+                            "timeout": {"type": "string", "pattern": "^[1-9][0-9]*(ms|s|m|h)$"},
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+
+
 class OperatorChart(unittest.TestCase):
     def test_renders_valid_objects_with_least_privilege(self):
         chart, objects = render(OPERATOR)
@@ -144,6 +216,70 @@ class ClusterChart(unittest.TestCase):
         backend = ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
         self.assertEqual((backend["name"], backend["port"]["number"]), ("streams", 4437))
 
+
+    def virtual_services(self, istio, namespace="prod"):
+        _, objects = render(CLUSTER, {"istio": {"virtualService": istio}}, name="streams",
+                            namespace=namespace)
+        services = {obj["metadata"]["name"]: obj for _, obj in objects
+                    if obj["kind"] == "VirtualService"}
+        for name, service in services.items():
+            with self.subTest(virtual_service=name):
+                jsonschema.validate(service, VIRTUAL_SERVICE)
+                self.assertEqual(service["metadata"]["namespace"], namespace)
+                for route in service["spec"]["http"]:
+                    self.assertEqual(route["retries"], {"attempts": 0}, "Istio must not resend")
+        return services
+
+    def test_the_istio_virtual_services_are_off_by_default(self):
+        _, objects = render(CLUSTER, name="streams")
+        self.assertNotIn("VirtualService", [obj["kind"] for _, obj in objects])
+        self.assertEqual(self.virtual_services({"enabled": False, "hosts": ["x.example.com"]}), {})
+
+    def test_the_istio_virtual_services_never_retry_on_either_side_of_the_gateway(self):
+        services = self.virtual_services({
+            "enabled": True,
+            "hosts": ["streams.example.com"],
+            "gateways": ["mesh", "istio-system/public"],
+        })
+        self.assertEqual(sorted(services), ["streams", "streams-headless"])
+        # Clients to the gateways: the gateways' Service (named after the cluster), port 4437.
+        front = services["streams"]["spec"]
+        self.assertEqual(
+            front["hosts"], ["streams.prod.svc.cluster.local", "streams.example.com"]
+        )
+        self.assertEqual(front["gateways"], ["mesh", "istio-system/public"])
+        self.assertEqual(
+            [r["destination"] for route in front["http"] for r in route["route"]],
+            [{"host": "streams.prod.svc.cluster.local", "port": {"number": 4437}}],
+        )
+        # The gateways to the voters: their headless Service, whose per-voter names are the
+        # gateways' upstreams; sidecars only, to whichever port was addressed.
+        back = services["streams-headless"]["spec"]
+        self.assertEqual(back["hosts"], ["streams-headless.prod.svc.cluster.local"])
+        self.assertEqual(back["gateways"], ["mesh"])
+        self.assertEqual(
+            [r["destination"] for route in back["http"] for r in route["route"]],
+            [{"host": "streams-headless.prod.svc.cluster.local"}],
+        )
+        # No timeout unless one is set, so long-polls and SSE are never cut.
+        for service in services.values():
+            for route in service["spec"]["http"]:
+                self.assertNotIn("timeout", route)
+
+    def test_the_istio_timeout_and_cluster_domain_reach_every_route(self):
+        services = self.virtual_services(
+            {"enabled": True, "timeout": "3600s", "clusterDomain": "corp.internal"},
+            namespace="ns",
+        )
+        self.assertEqual(
+            {name: s["spec"]["hosts"] for name, s in services.items()},
+            {"streams": ["streams.ns.svc.corp.internal"],
+             "streams-headless": ["streams-headless.ns.svc.corp.internal"]},
+        )
+        for service in services.values():
+            for route in service["spec"]["http"]:
+                self.assertEqual(route["timeout"], "3600s")
+
     def test_values_schema_rejects_bad_values(self):
         chart = helm.Chart.load(CLUSTER)
         for bad in [
@@ -157,6 +293,13 @@ class ClusterChart(unittest.TestCase):
             {"gateway": {"maxBufferedBodySize": 0}},
             {"gateway": {"requestTimeout": "soon"}},
             {"gateway": {"accessKeys": "x"}},
+            {"istio": {"virtualService": {"enabled": "yes"}}},
+            {"istio": {"virtualService": {"timeout": "0s"}}},
+            {"istio": {"virtualService": {"timeout": "forever"}}},
+            {"istio": {"virtualService": {"hosts": "streams.example.com"}}},
+            {"istio": {"virtualService": {"gateways": [""]}}},
+            {"istio": {"virtualService": {"retries": {"attempts": 2}}}},
+            {"istio": {"gateway": {}}},
         ]:
             with self.subTest(values=bad), self.assertRaises(helm.HelmValuesError):
                 chart.validate_schema(bad)
