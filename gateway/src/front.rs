@@ -1,12 +1,15 @@
 //! The gateway's listeners as route tables: the client listener, where every stream route of
 //! the API overview is forwarded to the nodes, and the gateway's own admin listener.
 
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
 
 use axum::Router;
 use axum::extract::{Request, State};
-use axum::middleware::{Next, from_fn_with_state};
 use axum::response::IntoResponse;
 use axum::routing::{any, get};
 use http::header::HeaderValue;
@@ -16,8 +19,9 @@ use ursula_wire::{ErrorToken, headers};
 use crate::proxy::Gateway;
 use crate::refusal::{Body, Refusal, full};
 
-pub fn client(gateway: Arc<Gateway>) -> Router {
-    Router::new()
+/// The client listener's route table, every answer vouched for.
+pub fn client(gateway: Arc<Gateway>) -> Vouched<Router> {
+    let router = Router::new()
         // The nodes' admin routes are on the nodes' admin listeners, never forwarded (the
         // bucket ID `admin` is reserved, so no stream route starts with `/admin/`).
         .route("/admin", any(not_forwarded))
@@ -29,8 +33,11 @@ pub fn client(gateway: Arc<Gateway>) -> Router {
         // Every stream route, `/{bucket}/...` and `/v1/stream/{name}`, goes to the nodes,
         // which name the refusal of a path they do not take.
         .fallback(forward)
-        .layer(from_fn_with_state(gateway.clone(), vouch))
-        .with_state(gateway)
+        .with_state(gateway.clone());
+    Vouched {
+        inner: router,
+        gateway,
+    }
 }
 
 pub fn admin(gateway: Arc<Gateway>) -> Router {
@@ -58,19 +65,57 @@ async fn not_forwarded(State(gateway): State<Arc<Gateway>>, uri: Uri) -> Refusal
     )
 }
 
-/// Every answer the gateway returns carries the vouch: it applied the redirect rule, so a
-/// marker on the answer can be trusted.
-async fn vouch(
-    State(gateway): State<Arc<Gateway>>,
-    request: Request,
-    next: Next,
-) -> Response<Body> {
-    gateway.metrics.requests.fetch_add(1, Ordering::Relaxed);
-    let mut response = next.run(request).await;
-    response
-        .headers_mut()
-        .insert(headers::NOT_APPLIED_CHECKED, HeaderValue::from_static("1"));
-    response
+/// The layer that vouches for every answer the gateway returns (it applied the redirect rule,
+/// so a marker on the answer can be trusted) and counts requests. A layer with its own future:
+/// a `from_fn` layer would box a future and clone the router on every request.
+#[derive(Clone)]
+pub struct Vouched<S> {
+    inner: S,
+    gateway: Arc<Gateway>,
+}
+
+impl<S, B> tower::Service<http::Request<B>> for Vouched<S>
+where
+    S: tower::Service<http::Request<B>, Response = Response<Body>, Error = Infallible>,
+{
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Vouch<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        self.gateway
+            .metrics
+            .requests
+            .fetch_add(1, Ordering::Relaxed);
+        Vouch {
+            inner: self.inner.call(request),
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    pub struct Vouch<F> {
+        #[pin]
+        inner: F,
+    }
+}
+
+impl<F: Future<Output = Result<Response<Body>, Infallible>>> Future for Vouch<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Poll::Ready(Ok(mut response)) = self.project().inner.poll(cx) else {
+            return Poll::Pending;
+        };
+        response
+            .headers_mut()
+            .insert(headers::NOT_APPLIED_CHECKED, HeaderValue::from_static("1"));
+        Poll::Ready(Ok(response))
+    }
 }
 
 async fn ok() -> Response<Body> {

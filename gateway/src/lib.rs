@@ -72,8 +72,18 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     })
 }
 
-async fn serve(listener: TcpListener, router: axum::Router) {
-    let service = TowerToHyperService::new(router);
+async fn serve<S>(listener: TcpListener, service: S)
+where
+    S: tower::Service<
+            http::Request<hyper::body::Incoming>,
+            Response = http::Response<axum::body::Body>,
+            Error = std::convert::Infallible,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let service = TowerToHyperService::new(service);
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             continue;

@@ -8,13 +8,15 @@ mod support;
 use std::time::{Duration, Instant};
 
 use http::StatusCode;
-use support::{Http, Node, start_gateway};
+use support::start_gateway;
+use ursula_testkit::Http;
+use ursula_testkit::node::NodeProcess;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_node_costs_an_unmarked_request_timeout_within_the_limit() {
     // Shorter than the default 15 s only to keep the test short; the rule is the same.
     const LIMIT: Duration = Duration::from_secs(2);
-    let node = Node::start();
+    let node = NodeProcess::in_temp_dir();
     let gateway = start_gateway(vec![node.url()], |config| {
         config.request_timeout = LIMIT;
     })

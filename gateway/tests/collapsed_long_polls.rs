@@ -5,7 +5,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use http::StatusCode;
-use support::{Http, Node, metric, start_gateway};
+use support::{metric, start_gateway};
+use ursula_testkit::Http;
+use ursula_testkit::node::NodeProcess;
 
 mod support;
 
@@ -17,8 +19,8 @@ async fn collapsed(admin: SocketAddr) -> u64 {
 
 /// A node, a gateway in front of it, and an empty text stream; answers the stream's URL on
 /// the gateway and its tail.
-async fn setup() -> (Node, ursula_gateway::Running, Http, String, String) {
-    let node = Node::start();
+async fn setup() -> (NodeProcess, ursula_gateway::Running, Http, String, String) {
+    let node = NodeProcess::in_temp_dir();
     let gateway = start_gateway(vec![node.url()], |_| {}).await;
     let http = Http::new();
     let base = format!("http://{}", gateway.addr);

@@ -12,9 +12,10 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue, StatusCode};
-use support::{Http, start_gateway};
+use support::start_gateway;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use ursula_testkit::Http;
 use ursula_wire::link::{self, Frame};
 
 /// What the scripted node does on a link.

@@ -10,8 +10,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use http::StatusCode;
-use support::voters::{Voters, group_of};
-use support::{Http, Seen, Subscriber, gateway, start_gateway};
+use support::{Seen, Subscriber, gateway, start_gateway};
+use ursula_testkit::Http;
+use ursula_testkit::cluster::TestCluster;
+use ursula_testkit::group_of;
 
 mod support;
 
@@ -19,9 +21,9 @@ const TEXT: (&str, &str) = ("content-type", "text/plain");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_reach_each_leader_through_the_gateway_with_the_vouch() {
-    let voters = Voters::start();
+    let voters = TestCluster::start(3, "");
     let http = Http::new();
-    voters.wait_ready(&http).await;
+    voters.wait_ready().await;
     let addr = gateway(voters.upstreams(), |_| {}).await;
     let base = format!("http://{addr}");
     // Buckets in every group, so that some leaders are not the first upstream.
@@ -77,7 +79,7 @@ async fn writes_reach_each_leader_through_the_gateway_with_the_vouch() {
         assert_eq!(read.body, "one;two;");
         // The leader applied it, and so did every voter.
         let leader = voters
-            .leader_of(&http, group_of(&bucket, 4))
+            .leader_of(group_of(&bucket, 4))
             .await
             .expect("a leader");
         let on_leader = http
@@ -85,7 +87,7 @@ async fn writes_reach_each_leader_through_the_gateway_with_the_vouch() {
                 "GET",
                 &format!(
                     "http://127.0.0.1:{}/{bucket}/s?offset=-1",
-                    voters.client_ports[leader]
+                    voters.voters[leader].client_port
                 ),
                 &[],
                 "",
@@ -147,9 +149,9 @@ struct Follower {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_killed_under_load_costs_only_retryable_503s() {
-    let voters = Arc::new(Voters::start());
+    let voters = Arc::new(TestCluster::start(3, ""));
     let http = Http::new();
-    voters.wait_ready(&http).await;
+    voters.wait_ready().await;
     let addr = gateway(voters.upstreams(), |_| {}).await;
     let base = format!("http://{addr}");
     let bucket = "gw-load";
@@ -230,7 +232,7 @@ async fn a_leader_killed_under_load_costs_only_retryable_503s() {
         .collect();
     tokio::time::sleep(Duration::from_millis(400)).await;
     let leader = voters
-        .leader_of(&http, group_of(bucket, 4))
+        .leader_of(group_of(bucket, 4))
         .await
         .expect("a leader");
     let killer = voters.clone();
@@ -295,13 +297,13 @@ async fn a_leader_killed_under_load_costs_only_retryable_503s() {
         reconnects += follower.reconnects;
     }
     assert!(reconnects > 0, "the kill cut the subscribers' subscription");
-    voters.spawn(leader);
+    voters.restart(leader);
 }
 
 /// Everything a client sees of an answer but its date, with the stream's name written `{s}`
 /// and the gateway's address `{gateway}`.
 fn seen_by_client(
-    reply: &support::Reply,
+    reply: &ursula_testkit::Reply,
     stream: &str,
     gateway: &str,
 ) -> (u16, Vec<(String, String)>, String) {
@@ -328,9 +330,9 @@ fn seen_by_client(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_link_answers_every_request_as_http_does() {
-    let voters = Voters::start();
+    let voters = TestCluster::start(3, "");
     let http = Http::new();
-    voters.wait_ready(&http).await;
+    voters.wait_ready().await;
     let on_link = start_gateway(voters.upstreams(), |_| {}).await;
     let on_http = start_gateway(voters.upstreams(), |config| config.upstream_link = false).await;
     let bucket = "gw-link";

@@ -13,8 +13,9 @@ use hyper::body::{Frame, Incoming};
 use hyper::service::service_fn;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use support::{Http, Reply, gateway};
+use support::gateway;
 use tokio::net::TcpListener;
+use ursula_testkit::{Http, Reply};
 
 mod support;
 

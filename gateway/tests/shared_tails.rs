@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use http::StatusCode;
-use support::{Http, Node, Subscriber, metric, start_gateway};
+use support::{Subscriber, metric, start_gateway};
+use ursula_testkit::Http;
+use ursula_testkit::node::NodeProcess;
 
 mod support;
 
@@ -46,8 +48,8 @@ async fn append(http: &Http, url: &str, body: &str) -> String {
 }
 
 /// A node, a gateway in front of it, and a text stream `/demo/s` holding "a".
-async fn setup() -> (Node, ursula_gateway::Running, Http, String) {
-    let node = Node::start();
+async fn setup() -> (NodeProcess, ursula_gateway::Running, Http, String) {
+    let node = NodeProcess::in_temp_dir();
     let gateway = start_gateway(vec![node.url()], |_| {}).await;
     let http = Http::new();
     let base = format!("http://{}", gateway.addr);

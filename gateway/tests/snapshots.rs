@@ -5,11 +5,13 @@
 mod support;
 
 use http::StatusCode;
-use support::{Http, Node, start_gateway};
+use support::start_gateway;
+use ursula_testkit::Http;
+use ursula_testkit::node::NodeProcess;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_over_the_append_limit_passes_the_gateway() {
-    let node = Node::start();
+    let node = NodeProcess::in_temp_dir();
     let gateway = start_gateway(vec![node.url()], |_| {}).await;
     let http = Http::new();
     let url = |path: &str| format!("http://{}{path}", gateway.addr);

@@ -12,8 +12,9 @@
 mod support;
 
 use http::StatusCode;
-use support::voters::Voters;
-use support::{Http, Reply, Subscriber, gateway};
+use support::{Subscriber, gateway};
+use ursula_testkit::cluster::TestCluster;
+use ursula_testkit::{Http, Reply};
 
 /// Voters whose limits make the refusal rows reachable with small bodies: bodies up to 1 MiB
 /// (413 past it), 900 KiB of bodies in flight per node, 600 KiB proposed and not applied per
@@ -42,9 +43,9 @@ fn assert_refusal(reply: &Reply, status: StatusCode, token: &str, marker: Option
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_overview_end_to_end_through_the_gateway_in_front_of_three_voters() {
-    let voters = Voters::start_with(SERVER, RAFT);
+    let voters = TestCluster::start_with(3, SERVER, RAFT);
     let http = Http::new();
-    voters.wait_ready(&http).await;
+    voters.wait_ready().await;
     let addr = gateway(voters.upstreams(), |_| {}).await;
     let url = |path: &str| format!("http://{addr}{path}");
     let send = async |method: &str, path: &str, headers: &[(&str, &str)], body: &str| {
@@ -184,7 +185,7 @@ async fn the_api_overview_end_to_end_through_the_gateway_in_front_of_three_voter
             "POST",
             &format!(
                 "http://127.0.0.1:{}/admin/buckets/demo/purge",
-                voters.admin_ports[0]
+                voters.voters[0].admin_port
             ),
             &[],
             "",

@@ -6,7 +6,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use http::{Method, StatusCode};
-use support::{Process, start_in_process};
+use support::start_in_process;
+use ursula_testkit::node::NodeProcess as Process;
 use ursula_wire::admin::PurgeResponse;
 
 const TEXT: (&str, &str) = ("content-type", "text/plain");

@@ -7,10 +7,11 @@ mod support;
 use std::time::{Duration, Instant};
 
 use http::StatusCode;
-use support::{InProcess, Reply, start_in_process};
+use support::{InProcess, start_in_process};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use ursula_node::admission::available_bytes;
+use ursula_testkit::Reply;
 
 const TEXT: (&str, &str) = ("content-type", "text/plain");
 const MIB: u64 = 1 << 20;

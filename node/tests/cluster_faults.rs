@@ -6,9 +6,7 @@
 //! (Id, Epoch, Seq) whenever an answer is lost. Afterwards every acknowledged append must be
 //! readable, once and in order, and every voter's own copy must be byte-identical.
 
-mod support;
-
-use support::runtime;
+use ursula_testkit::runtime;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,9 +15,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, StatusCode};
-use support::cluster::TestCluster;
-use support::netns::Network;
-use support::s3::S3Server;
+use ursula_testkit::cluster::TestCluster;
+use ursula_testkit::netns::Network;
+use ursula_testkit::s3::S3Server;
 
 /// Buckets (one stream each); a bucket decides the group, so these spread over groups.
 const BUCKETS: [&str; 4] = ["fault-a", "fault-b", "fault-c", "fault-d"];

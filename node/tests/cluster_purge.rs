@@ -2,13 +2,11 @@
 //! leader's: every stream of the bucket is gone from every voter, the bucket is fenced (creates
 //! answer 404), a repeated purge succeeds, and other buckets are untouched.
 
-mod support;
-
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, StatusCode};
-use support::cluster::TestCluster;
+use ursula_testkit::cluster::TestCluster;
 
 const TEXT: (&str, &str) = ("content-type", "text/plain");
 
@@ -18,7 +16,7 @@ async fn send(
     path: &str,
     headers: &[(&str, &str)],
     body: &'static str,
-) -> support::Reply {
+) -> ursula_testkit::Reply {
     cluster
         .send(
             0,

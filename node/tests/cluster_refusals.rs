@@ -4,16 +4,14 @@
 //! marker `x-ursula-not-applied`; everything else is unmarked. Nothing of a refused write is
 //! visible afterwards on any voter.
 
-mod support;
-
-use support::runtime;
+use ursula_testkit::runtime;
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, StatusCode};
-use support::Reply;
-use support::cluster::TestCluster;
+use ursula_testkit::Reply;
+use ursula_testkit::cluster::TestCluster;
 
 const TEXT: (&str, &str) = ("content-type", "text/plain");
 

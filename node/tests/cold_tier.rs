@@ -1,4 +1,4 @@
-//! The cold tier against a real S3-API server (moto, see `support::s3`): older records move to
+//! The cold tier against a real S3-API server (moto, see `ursula_testkit::s3`): older records move to
 //! object storage and read back byte for byte, through a restart after SIGKILL and on every
 //! voter of a cluster; a group past its hot cap refuses writes with a marked 503
 //! `ColdBackpressure` until flushing catches up; the sweep deletes the objects of deleted
@@ -6,15 +6,17 @@
 
 mod support;
 
-use support::runtime;
+use ursula_testkit::runtime;
 
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{Method, StatusCode};
-use support::cluster::TestCluster;
-use support::s3::S3Server;
-use support::{Client, Process, start_in_process};
+use support::start_in_process;
+use ursula_testkit::Client;
+use ursula_testkit::cluster::TestCluster;
+use ursula_testkit::node::NodeProcess as Process;
+use ursula_testkit::s3::S3Server;
 
 const TEXT: (&str, &str) = ("content-type", "text/plain");
 const JSON: (&str, &str) = ("content-type", "application/json");
@@ -67,7 +69,7 @@ async fn append_records(client: &Client, path: &str, count: usize, pad: usize) -
 async fn older_records_move_to_object_storage_and_read_back_unchanged() {
     let s3 = S3Server::start();
     s3.create_bucket("ursula-cold").await;
-    let cold = s3.cold_config("ursula-cold", "single", FAST_FLUSH);
+    let cold = support::cold_config(&s3, "ursula-cold", "single", FAST_FLUSH);
     let node = start_in_process(|config| config.storage.cold = Some(cold)).await;
     let client = &node.client;
     create(client, "/logs", &[]).await;
@@ -156,7 +158,8 @@ fn cold_records_survive_a_sigkill_and_restart() {
 async fn past_the_hot_cap_writes_are_refused_marked_until_flushing_catches_up() {
     let s3 = S3Server::start();
     // The bucket does not exist yet: every flush fails, as with object storage down.
-    let cold = s3.cold_config(
+    let cold = support::cold_config(
+        &s3,
         "ursula-late",
         "",
         "segment_size = 1024\nflush_interval = \"50ms\"\nmax_hot_size_per_group = 8192",
@@ -222,7 +225,8 @@ async fn past_the_hot_cap_writes_are_refused_marked_until_flushing_catches_up() 
 async fn the_sweep_deletes_objects_of_deleted_streams_and_behind_retention() {
     let s3 = S3Server::start();
     s3.create_bucket("ursula-sweep").await;
-    let cold = s3.cold_config(
+    let cold = support::cold_config(
+        &s3,
         "ursula-sweep",
         "swept",
         &format!("{FAST_FLUSH}\nsweep_interval = \"100ms\"\nsweep_grace = \"0s\""),
@@ -285,7 +289,7 @@ async fn the_sweep_deletes_objects_of_deleted_streams_and_behind_retention() {
 async fn large_bodies_are_staged_in_object_storage_and_read_back() {
     let s3 = S3Server::start();
     s3.create_bucket("ursula-staged").await;
-    let cold = s3.cold_config("ursula-staged", "st", FAST_FLUSH);
+    let cold = support::cold_config(&s3, "ursula-staged", "st", FAST_FLUSH);
     let node = start_in_process(|config| {
         config.storage.cold = Some(cold);
         config.runtime.external_payload_min_size = Some(1000);
@@ -457,7 +461,8 @@ async fn a_marked_refusal_deletes_what_was_staged_for_it() {
     let s3 = S3Server::start();
     s3.create_bucket("ursula-refused").await;
     // Nothing flushes during the test, so local record bytes only grow.
-    let cold = s3.cold_config(
+    let cold = support::cold_config(
+        &s3,
         "ursula-refused",
         "r",
         "flush_interval = \"1h\"\nmax_hot_size_per_group = 4096",

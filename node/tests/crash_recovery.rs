@@ -3,15 +3,14 @@
 //! append must be there, in order, exactly once; nothing unacknowledged may be half visible;
 //! retries of in-flight appends with the same producer triple must never duplicate.
 
-mod support;
-
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use http::{Method, StatusCode};
-use support::{Client, Process};
+use ursula_testkit::Client;
+use ursula_testkit::node::NodeProcess as Process;
 
 const STREAMS: usize = 6;
 const WRITERS: usize = 18;

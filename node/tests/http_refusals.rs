@@ -36,7 +36,7 @@ async fn contents(node: &InProcess, path: &str) -> String {
 /// Request headers, the expected status, the expected token.
 type RefusalCase<'a> = (&'a [(&'a str, &'a str)], StatusCode, &'a str);
 
-fn assert_refused(reply: &support::Reply, status: StatusCode, token: &str) {
+fn assert_refused(reply: &ursula_testkit::Reply, status: StatusCode, token: &str) {
     assert_eq!(reply.status, status, "{}", reply.text());
     assert_eq!(reply.error(), token);
     assert_eq!(reply.header("content-type"), Some("application/json"));

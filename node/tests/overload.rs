@@ -2,15 +2,14 @@
 //! keep up with. The node stays up, its memory stays bounded, every refusal is marked, and every
 //! acknowledged append survives a SIGKILL (real process, producers with exactly-once retries).
 
-mod support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, StatusCode};
-use support::{Client, Process};
+use ursula_testkit::Client;
+use ursula_testkit::node::NodeProcess as Process;
 
 const WRITERS: usize = 48;
 const BODY: usize = 64 * 1024;
@@ -25,7 +24,7 @@ fn body(writer: usize, seq: u64) -> Bytes {
     Bytes::from(text)
 }
 
-async fn append(client: &Client, writer: usize, seq: u64) -> Result<support::Reply, String> {
+async fn append(client: &Client, writer: usize, seq: u64) -> Result<ursula_testkit::Reply, String> {
     let seq_text = seq.to_string();
     let producer = format!("w{writer}");
     let headers = [

@@ -7,6 +7,7 @@ pub mod admin;
 pub mod cursor;
 pub mod headers;
 pub mod link;
+pub mod placement;
 pub mod size;
 mod token;
 

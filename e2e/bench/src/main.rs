@@ -55,6 +55,10 @@ struct FanOut {
     /// Bytes per message (at least the send-time stamp, ~12 bytes).
     #[arg(long, default_value_t = 0)]
     size: usize,
+    /// Process IDs of the server (every voter of a cluster): reports their CPU time per
+    /// delivery over the measurement.
+    #[arg(long, value_delimiter = ',')]
+    server_pids: Vec<u32>,
 }
 
 #[derive(Subcommand)]
@@ -118,6 +122,7 @@ impl FanOut {
             duration: self.duration,
             size: self.size,
             live,
+            server_pids: self.server_pids.clone(),
         }
     }
 }

@@ -15,6 +15,8 @@ pub struct Options {
     /// Bytes per message at least: the stamp, then filler.
     pub size: usize,
     pub live: Live,
+    /// Process IDs of the server: reports their CPU time per delivery.
+    pub server_pids: Vec<u32>,
 }
 
 /// How the subscribers follow the stream.
@@ -52,6 +54,7 @@ pub async fn run(client: Client, prefix: &str, label: &str, o: Options) -> Resul
             return Err("a subscriber failed to connect".into());
         }
     }
+    let cpu_before = crate::cpu::seconds(&o.server_pids);
     let interval = Duration::from_nanos(1_000_000_000 / o.rate.max(1));
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
@@ -78,8 +81,16 @@ pub async fn run(client: Client, prefix: &str, label: &str, o: Options) -> Resul
         }
     };
     let _ = tokio::time::timeout(Duration::from_secs(30), collect).await;
+    let cpu_after = crate::cpu::seconds(&o.server_pids);
     let latencies = Latencies::new(samples);
     let deliveries = latencies.count();
+    // The appends' own cost is included; with many subscribers per append, deliveries dominate.
+    let server_cpu_us = match (cpu_before, cpu_after) {
+        (Some(before), Some(after)) if !o.server_pids.is_empty() && deliveries > 0 => {
+            Some((after - before) * 1e6 / deliveries as f64)
+        }
+        _ => None,
+    };
     let kind = match o.live {
         Live::Sse => "sse",
         Live::LongPoll => "long-poll",
@@ -103,6 +114,7 @@ pub async fn run(client: Client, prefix: &str, label: &str, o: Options) -> Resul
         "p50_ms": latencies.percentile(50.0),
         "p99_ms": latencies.percentile(99.0),
         "max_ms": latencies.max(),
+        "server_cpu_us_per_delivery": server_cpu_us,
     })
     .to_string())
 }

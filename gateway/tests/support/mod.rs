@@ -1,75 +1,19 @@
-//! Shared by the gateway's integration tests: a gateway started in this process, and a small
-//! HTTP client that answers status, headers and body.
+//! Shared by the gateway's integration tests: a gateway started in this process, an SSE
+//! subscriber, and the gateway's metrics. Nodes and clusters come from the workspace's test
+//! kit (`ursula_testkit`), which builds the `ursula-node` binary these tests need.
 
 #![allow(dead_code)]
 
-pub mod voters;
-
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 
 use bytes::Bytes;
 use http::{Request, StatusCode};
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use ursula_gateway::config::Config;
+use ursula_testkit::Http;
 
-pub struct Reply {
-    pub status: StatusCode,
-    pub headers: http::HeaderMap,
-    pub body: Bytes,
-}
-
-impl Reply {
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).and_then(|v| v.to_str().ok())
-    }
-}
-
-#[derive(Clone)]
-pub struct Http(Client<HttpConnector, Full<Bytes>>);
-
-impl Http {
-    pub fn new() -> Self {
-        Self(Client::builder(TokioExecutor::new()).build_http())
-    }
-
-    pub async fn request(
-        &self,
-        method: &str,
-        url: &str,
-        headers: &[(&str, &str)],
-        body: &str,
-    ) -> Result<Reply, String> {
-        let mut request = Request::builder().method(method).uri(url);
-        for (name, value) in headers {
-            request = request.header(*name, *value);
-        }
-        let request = request
-            .body(Full::new(Bytes::from(body.to_owned())))
-            .map_err(|e| e.to_string())?;
-        let response = self.0.request(request).await.map_err(|e| e.to_string())?;
-        let status = response.status();
-        let headers = response.headers().clone();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| e.to_string())?
-            .to_bytes();
-        Ok(Reply {
-            status,
-            headers,
-            body,
-        })
-    }
-}
-
-/// A gateway on a free loopback port in front of `upstreams`, with `edit` applied to its config.
 pub async fn gateway(upstreams: Vec<String>, edit: impl FnOnce(&mut Config)) -> SocketAddr {
     start_gateway(upstreams, edit).await.addr
 }
@@ -217,88 +161,6 @@ impl Seen {
         let at = control["streamNextOffset"].as_str()?.to_owned();
         self.offsets.push(at.clone());
         Some(at)
-    }
-}
-
-/// A real `ursula-node` process on free loopback ports (the binary the workspace build puts
-/// next to the gateway's).
-pub struct Node {
-    child: Child,
-    addr: SocketAddr,
-    _dir: tempfile::TempDir,
-}
-
-impl Node {
-    pub fn start() -> Self {
-        let binary =
-            PathBuf::from(env!("CARGO_BIN_EXE_ursula-gateway")).with_file_name("ursula-node");
-        assert!(
-            binary.exists(),
-            "{binary:?} is missing: build the workspace"
-        );
-        let dir = tempfile::tempdir().expect("tempdir");
-        let config = dir.path().join("node.toml");
-        std::fs::write(
-            &config,
-            "[raft.wal]\nmin_available_size = 1048576\nresume_available_size = 2097152\n",
-        )
-        .expect("config");
-        let mut child = Command::new(binary)
-            .arg("--config")
-            .arg(&config)
-            .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
-            .arg("--data-dir")
-            .arg(dir.path().join("data"))
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn ursula-node");
-        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-        let addr = lines
-            .by_ref()
-            .map_while(Result::ok)
-            .find_map(|line| {
-                let rest = &line[line.find("ursula-node serving")?..];
-                let rest = &rest[rest.find("client=")? + "client=".len()..];
-                rest.split(' ').next()?.trim_matches('"').parse().ok()
-            })
-            .expect("the node reported its address");
-        std::thread::spawn(move || for _ in lines {});
-        Self {
-            child,
-            addr,
-            _dir: dir,
-        }
-    }
-
-    pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    /// SIGSTOP: the node keeps its connections and answers nothing, as a stalled machine.
-    pub fn freeze(&self) {
-        self.signal("-STOP");
-    }
-
-    /// SIGCONT.
-    pub fn thaw(&self) {
-        self.signal("-CONT");
-    }
-
-    fn signal(&self, signal: &str) {
-        let sent = Command::new("kill")
-            .args([signal, &self.child.id().to_string()])
-            .status()
-            .expect("kill(1)");
-        assert!(sent.success(), "kill {signal}");
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

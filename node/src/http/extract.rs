@@ -17,7 +17,6 @@ use super::request;
 use super::response::Body;
 use super::route::{self, Target};
 use crate::admission::BodyPermit;
-use crate::machine::StreamPath;
 
 /// The resource a read names, in a group this node hosts and leads (the leader has applied
 /// every acknowledged write).
@@ -91,33 +90,23 @@ impl FromRequest<Arc<App>> for Admitted {
 }
 
 impl Admitted {
-    /// The stream the write is for; the route table sends only stream paths here.
-    pub fn stream(&self) -> Result<StreamPath, ApiError> {
-        match &self.target {
-            Target::Stream(path) | Target::Snapshot(path, _) | Target::Retention(path, _) => {
-                Ok(path.clone())
-            }
-            target => Err(method_not_allowed(target, &self.parts.method)),
-        }
-    }
-
-    /// Runs the write's handler; its refusals name the write, for the marker. The body's
-    /// budget is given back once the answer is ready.
+    /// Runs the write's handler on its target, request head and body; its refusals name the
+    /// write, for the marker. The body's budget is given back once the answer is ready.
     pub async fn answer<F>(
         self,
-        handler: impl FnOnce(Parts, Bytes) -> F,
+        handler: impl FnOnce(Target, Parts, Bytes) -> F,
     ) -> Result<http::Response<Body>, ApiError>
     where
         F: Future<Output = Result<http::Response<Body>, ApiError>>,
     {
         let Self {
+            target,
             write,
             parts,
             body,
             permit,
-            ..
         } = self;
-        let answer = handler(parts, body).await;
+        let answer = handler(target, parts, body).await;
         drop(permit);
         answer.map_err(|error| error.during(Some(write)))
     }
@@ -132,7 +121,7 @@ pub fn unrouted(app: &App, method: &Method, path: &str) -> ApiError {
     }
 }
 
-fn method_not_allowed(target: &Target, method: &Method) -> ApiError {
+pub fn method_not_allowed(target: &Target, method: &Method) -> ApiError {
     let allowed = match target {
         Target::Bucket(_) => "PUT, OPTIONS",
         Target::Stream(_) => "PUT, POST, GET, HEAD, DELETE, OPTIONS",

@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
 use axum::extract::Request;
 use bytes::{Buf, Bytes, BytesMut};
 use futures_util::FutureExt;
@@ -24,6 +23,7 @@ use ursula_wire::link::{self, Frame};
 
 use super::App;
 use super::error::ApiError;
+use super::layers::ClientService;
 use super::marking::Stage;
 use super::request::{self, Live};
 use super::response::{Body, Reply};
@@ -64,10 +64,10 @@ impl Drop for OpenLink {
 }
 
 /// `GET /_ursula/link` asking to upgrade to `ursula-link/1`: agrees, and the link runs once
-/// hyper hands the connection over, its requests answered by `router`, counted open (the
+/// hyper hands the connection over, its requests answered by `service`, counted open (the
 /// listener's shutdown waits) until its last answer is written. Without the upgrade, the path
 /// is no route.
-pub fn accept(app: Arc<App>, mut request: Request, router: Router) -> Response<Body> {
+pub fn accept(app: Arc<App>, mut request: Request, service: ClientService) -> Response<Body> {
     let upgrade = request
         .headers()
         .get(UPGRADE)
@@ -87,7 +87,7 @@ pub fn accept(app: Arc<App>, mut request: Request, router: Router) -> Response<B
             }
         };
         // Bytes hyper read past the upgrade request are the upgraded stream's first.
-        serve(&open.0, router, TokioIo::new(upgraded)).await;
+        serve(&open.0, service, TokioIo::new(upgraded)).await;
     });
     Reply::new(StatusCode::SWITCHING_PROTOCOLS)
         .header("connection", "upgrade")
@@ -125,7 +125,7 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(2);
 /// storage threads' wake-ups; nothing is handed between tasks, so a burst of requests costs
 /// one wake-up of this task, not one per request. Reading goes on while answers are written,
 /// so that neither side can wait for the other with both directions full.
-async fn serve(app: &App, router: Router, io: TokioIo<Upgraded>) {
+async fn serve(app: &App, service: ClientService, io: TokioIo<Upgraded>) {
     let (mut reader, mut writer) = tokio::io::split(io);
     let mut buffer = BytesMut::with_capacity(READ_BUFFER);
     let mut out = BytesMut::with_capacity(READ_BUFFER);
@@ -140,7 +140,7 @@ async fn serve(app: &App, router: Router, io: TokioIo<Upgraded>) {
             match link::decode(&mut buffer) {
                 Ok(Some(Frame::Request(frame))) => {
                     last = frame.id;
-                    in_flight.push(answer(router.clone(), frame));
+                    in_flight.push(answer(service.clone(), frame));
                 }
                 Ok(None) => break,
                 Ok(Some(Frame::Answer(_) | Frame::GoAway { .. })) => {
@@ -237,10 +237,10 @@ fn encode(out: &mut BytesMut, done: Finished) {
 }
 
 /// Answers one request as the listener does over HTTP.
-async fn answer(router: Router, frame: link::Request) -> Finished {
+async fn answer(service: ClientService, frame: link::Request) -> Finished {
     let id = frame.id;
     let response = match into_request(frame) {
-        Ok(request) => match router.oneshot(request).await {
+        Ok(request) => match service.oneshot(request).await {
             Ok(response) => response,
             Err(never) => match never {},
         },

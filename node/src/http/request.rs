@@ -194,7 +194,9 @@ pub async fn body(
     permit: &mut BodyPermit,
 ) -> Result<Bytes, ApiError> {
     let declared = content_length(headers)?;
-    let mut parts: Vec<Bytes> = Vec::new();
+    // Most bodies come in one frame: the first is kept apart, so that they need no list.
+    let mut first: Option<Bytes> = None;
+    let mut more: Vec<Bytes> = Vec::new();
     let mut total: u64 = 0;
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|error| {
@@ -213,16 +215,20 @@ pub async fn body(
         if declared.is_none() {
             permit.grow(data.len() as u64)?;
         }
-        parts.push(data);
+        match first {
+            None => first = Some(data),
+            Some(_) => more.push(data),
+        }
     }
     // A small body is a slice of the connection's read buffer; copying it lets that buffer
     // be reused instead of pinning it for as long as the record stays in the tail cache.
-    Ok(match parts.len() {
-        0 => Bytes::new(),
-        1 if total > 64 * 1024 => parts.pop().unwrap_or_default(),
-        _ => {
+    Ok(match first {
+        None => Bytes::new(),
+        Some(only) if more.is_empty() && total > 64 * 1024 => only,
+        Some(first) => {
             let mut out = Vec::with_capacity(total as usize);
-            for part in &parts {
+            out.extend_from_slice(&first);
+            for part in &more {
                 out.extend_from_slice(part);
             }
             Bytes::from(out)

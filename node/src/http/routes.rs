@@ -5,19 +5,24 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{Request, State};
-use axum::middleware::{from_fn, from_fn_with_state};
 use axum::routing::{MethodRouter, get, put};
 use http::{Method, Response, Uri};
 
 use super::error::ApiError;
-use super::extract::{Admitted, Led, unrouted};
+use super::extract::{Admitted, Led, method_not_allowed, unrouted};
+use super::layers::{Answers, ClientService};
 use super::response::Body;
 use super::route::Target;
-use super::{App, handlers, layers, link};
+use super::{App, handlers, link};
 
 type Answer = Result<Response<Body>, ApiError>;
 
-pub fn router(app: Arc<App>) -> Router {
+/// The route table inside the layer every answer passes through.
+pub fn service(app: Arc<App>) -> ClientService {
+    Answers::new(app.clone(), router(app))
+}
+
+fn router(app: Arc<App>) -> Router {
     let stream = || -> MethodRouter<Arc<App>> {
         put(create_stream)
             .post(append)
@@ -42,15 +47,12 @@ pub fn router(app: Arc<App>) -> Router {
         .route(ursula_wire::link::PATH, get(gateway_link))
         .fallback(no_route)
         .method_not_allowed_fallback(no_route)
-        .layer(from_fn_with_state(app.clone(), layers::redirects))
-        .layer(from_fn_with_state(app.clone(), layers::request_seconds))
-        .layer(from_fn(layers::browser_headers))
         .with_state(app)
 }
 
 /// The gateway link's requests take the same routes and layers as requests over HTTP.
 async fn gateway_link(State(app): State<Arc<App>>, request: Request) -> Response<Body> {
-    link::accept(app.clone(), request, router(app))
+    link::accept(app.clone(), request, service(app))
 }
 
 async fn no_route(State(app): State<Arc<App>>, method: Method, uri: Uri) -> ApiError {
@@ -58,50 +60,60 @@ async fn no_route(State(app): State<Arc<App>>, method: Method, uri: Uri) -> ApiE
 }
 
 async fn create_bucket(State(app): State<Arc<App>>, write: Admitted) -> Answer {
-    let Target::Bucket(bucket) = write.target.clone() else {
-        return Err(unrouted(&app, &write.parts.method, write.parts.uri.path()));
-    };
     write
-        .answer(|_, _| handlers::bucket::create(&app, bucket))
+        .answer(async |target, parts, _| match target {
+            Target::Bucket(bucket) => handlers::bucket::create(&app, bucket).await,
+            target => Err(method_not_allowed(&target, &parts.method)),
+        })
         .await
 }
 
 async fn create_stream(State(app): State<Arc<App>>, write: Admitted) -> Answer {
-    let path = write.stream()?;
     write
-        .answer(|parts, body| handlers::create::handle(&app, parts, body, path))
+        .answer(async |target, parts, body| match target {
+            Target::Stream(path) => handlers::create::handle(&app, parts, body, path).await,
+            target => Err(method_not_allowed(&target, &parts.method)),
+        })
         .await
 }
 
 async fn append(State(app): State<Arc<App>>, write: Admitted) -> Answer {
-    let path = write.stream()?;
     write
-        .answer(|parts, body| handlers::append::handle(&app, parts, body, path))
+        .answer(async |target, parts, body| match target {
+            Target::Stream(path) => handlers::append::handle(&app, parts, body, path).await,
+            target => Err(method_not_allowed(&target, &parts.method)),
+        })
         .await
 }
 
 async fn delete_stream(State(app): State<Arc<App>>, write: Admitted) -> Answer {
-    let path = write.stream()?;
     write
-        .answer(|_, _| handlers::meta::delete(&app, path))
+        .answer(async |target, parts, _| match target {
+            Target::Stream(path) => handlers::meta::delete(&app, path).await,
+            target => Err(method_not_allowed(&target, &parts.method)),
+        })
         .await
 }
 
 async fn publish_snapshot(State(app): State<Arc<App>>, write: Admitted) -> Answer {
-    let Target::Snapshot(path, offset) = write.target.clone() else {
-        return Err(unrouted(&app, &write.parts.method, write.parts.uri.path()));
-    };
     write
-        .answer(|parts, body| handlers::snapshot::publish(&app, parts, body, path, &offset))
+        .answer(async |target, parts, body| match target {
+            Target::Snapshot(path, offset) => {
+                handlers::snapshot::publish(&app, parts, body, path, &offset).await
+            }
+            target => Err(method_not_allowed(&target, &parts.method)),
+        })
         .await
 }
 
 async fn advance_retention(State(app): State<Arc<App>>, write: Admitted) -> Answer {
-    let Target::Retention(path, offset) = write.target.clone() else {
-        return Err(unrouted(&app, &write.parts.method, write.parts.uri.path()));
-    };
     write
-        .answer(|_, _| handlers::snapshot::retain(&app, path, &offset))
+        .answer(async |target, parts, _| match target {
+            Target::Retention(path, offset) => {
+                handlers::snapshot::retain(&app, path, &offset).await
+            }
+            target => Err(method_not_allowed(&target, &parts.method)),
+        })
         .await
 }
 

@@ -3,17 +3,17 @@
 //! when one does not answer.
 
 use std::io::{BufRead, BufReader};
-use std::net::{Ipv4Addr, TcpListener};
+use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{Method, StatusCode};
 
-use super::netns::{Link, Network};
-use super::{Client, Reply};
+use crate::netns::{Link, Network};
+use crate::ports::free_ports;
+use crate::{Client, Reply};
 
 pub struct Voter {
     pub id: u64,
@@ -57,38 +57,6 @@ pub struct TestCluster {
     pub network: Option<Network>,
 }
 
-/// `count` distinct loopback ports, free now and below the kernel's ephemeral port range.
-///
-/// Ports from `bind(0)` are ephemeral ones: once released for a voter to bind, one can be taken
-/// first as the source port of another voter's outgoing connection, and that voter then
-/// cannot start. Ports below the range are never handed out that way.
-pub fn free_ports(count: usize) -> Vec<u16> {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    const FLOOR: u32 = 10_000;
-    let ceiling = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
-        .filter(|&low| low > FLOOR + 1_000)
-        .unwrap_or(32_768);
-    let span = ceiling - FLOOR;
-    // Each test binary starts elsewhere, so that two run at once rarely try the same ports;
-    // tests of one binary share the counter, so they never do.
-    let _ = NEXT.compare_exchange(
-        0,
-        std::process::id() % span,
-        Ordering::Relaxed,
-        Ordering::Relaxed,
-    );
-    let ports: Vec<u16> =
-        std::iter::repeat_with(|| (FLOOR + NEXT.fetch_add(1, Ordering::Relaxed) % span) as u16)
-            .take(span as usize)
-            .filter(|&port| TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok())
-            .take(count)
-            .collect();
-    assert_eq!(ports.len(), count, "free loopback ports below {ceiling}");
-    ports
-}
-
 /// Whether the voters run as on a slow machine: each in a CPU cgroup of its own, with a slow
 /// disk (`e2e/slow/exec.sh`, with its settings from the environment). `.ci/run` runs the
 /// cluster fault tests this way too.
@@ -106,15 +74,20 @@ fn log_tail(path: &std::path::Path) -> String {
 impl TestCluster {
     /// Starts `n` voters with fast elections; `raft_extra` is added to each `[raft]` table.
     pub fn start(n: usize, raft_extra: &str) -> Self {
-        Self::start_on(None, n, raft_extra)
+        Self::start_on(None, n, "", raft_extra)
+    }
+
+    /// The same, with `server_extra` added to each `[server]` table.
+    pub fn start_with(n: usize, server_extra: &str, raft_extra: &str) -> Self {
+        Self::start_on(None, n, server_extra, raft_extra)
     }
 
     /// Starts `n` voters, each in its own namespace of `network`, on the contract's ports.
     pub fn start_partitionable(network: Network, n: usize, raft_extra: &str) -> Self {
-        Self::start_on(Some(network), n, raft_extra)
+        Self::start_on(Some(network), n, "", raft_extra)
     }
 
-    fn start_on(network: Option<Network>, n: usize, raft_extra: &str) -> Self {
+    fn start_on(network: Option<Network>, n: usize, server_extra: &str, raft_extra: &str) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         // (client ip, cluster ip, client, admin and cluster ports) of each voter.
         let addresses: Vec<(Ipv4Addr, Ipv4Addr, [u16; 3])> = match &network {
@@ -156,7 +129,7 @@ impl TestCluster {
             std::fs::create_dir_all(&data).expect("data dir");
             let config = dir.path().join(format!("node-{}.toml", id + 1));
             let text = format!(
-                "node_id = {}\ndata_dir = {:?}\n[server]\nlisten = \"{client_ip}:{}\"\nadmin_listen = \"{client_ip}:{}\"\ncluster_listen = \"{cluster_ip}:{}\"\nlong_poll_timeout = \"300ms\"\n[raft]\ngroup_count = {group_count}\n{timeouts}{raft_extra}\n[raft.wal]\nmin_available_size = 1048576\nresume_available_size = 2097152\n{peers}",
+                "node_id = {}\ndata_dir = {:?}\n[server]\nlisten = \"{client_ip}:{}\"\nadmin_listen = \"{client_ip}:{}\"\ncluster_listen = \"{cluster_ip}:{}\"\nlong_poll_timeout = \"300ms\"\n{server_extra}\n[raft]\ngroup_count = {group_count}\n{timeouts}{raft_extra}\n[raft.wal]\nmin_available_size = 1048576\nresume_available_size = 2097152\n{peers}",
                 id + 1,
                 data,
                 ports[0],
@@ -198,14 +171,14 @@ impl TestCluster {
         // node itself.
         let mut words: Vec<std::ffi::OsString> = Vec::new();
         if slow_machine() {
-            let wrapper = concat!(env!("CARGO_MANIFEST_DIR"), "/../e2e/slow/exec.sh");
+            let wrapper = concat!(env!("CARGO_MANIFEST_DIR"), "/../slow/exec.sh");
             let cgroup = format!("test-{}-{}", std::process::id(), voter.client_port);
             words.extend([wrapper.into(), cgroup.into()]);
         }
         if let Some(ns) = &voter.netns {
             words.extend(["ip".into(), "netns".into(), "exec".into(), ns.into()]);
         }
-        words.push(env!("CARGO_BIN_EXE_ursula-node").into());
+        words.push(crate::binaries::node().into());
         let mut command = Command::new(&words[0]);
         let child = command
             .args(&words[1..])
@@ -290,7 +263,15 @@ impl TestCluster {
     }
 
     pub fn group_of(&self, bucket: &str) -> usize {
-        ursula_node::cluster::placement::group_of(bucket, self.group_count)
+        crate::group_of(bucket, self.group_count)
+    }
+
+    /// The voters' client URLs, as a gateway's `--upstream`s.
+    pub fn upstreams(&self) -> Vec<String> {
+        self.voters
+            .iter()
+            .map(|voter| format!("http://{}:{}", voter.ip, voter.client_port))
+            .collect()
     }
 
     /// Voter `i`'s Prometheus metrics, if it answers.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{Method, StatusCode};
 
-use super::Client;
+use crate::Client;
 
 pub struct S3Server {
     child: Child,
@@ -19,17 +19,13 @@ pub struct S3Server {
 impl S3Server {
     pub fn start() -> Self {
         let binary = std::env::var("URSULA_TEST_S3_SERVER").unwrap_or_else(|_| {
-            concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../e2e/.tools/s3/bin/moto_server"
-            )
-            .to_owned()
+            concat!(env!("CARGO_MANIFEST_DIR"), "/../.tools/s3/bin/moto_server").to_owned()
         });
         assert!(
             std::path::Path::new(&binary).exists(),
             "no S3-API server at {binary}: run e2e/s3/setup.sh (or set URSULA_TEST_S3_SERVER)"
         );
-        let port = super::cluster::free_ports(1)[0];
+        let port = crate::ports::free_ports(1)[0];
         let child = Command::new(&binary)
             .args(["-H", "127.0.0.1", "-p", &port.to_string()])
             .stdout(Stdio::null())
@@ -79,21 +75,6 @@ impl S3Server {
             "[storage.cold]\nurl = \"s3://{bucket}/{prefix}\"\nendpoint = \"http://127.0.0.1:{}\"\nallow_http = true\nregion = \"us-east-1\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\n{extra}\n",
             self.port
         )
-    }
-
-    /// The same, as the config struct an in-process node takes.
-    pub fn cold_config(
-        &self,
-        bucket: &str,
-        prefix: &str,
-        extra: &str,
-    ) -> ursula_node::config::ColdConfig {
-        let text = self.cold_toml(bucket, prefix, extra);
-        ursula_node::config::Config::from_toml(&text)
-            .expect("cold config")
-            .storage
-            .cold
-            .expect("storage.cold")
     }
 }
 

@@ -1,0 +1,25 @@
+//! What the tests of every crate of the workspace share: real `ursula-node` processes (one, or
+//! a cluster of voters, optionally each in a network namespace of its own), an S3-API server,
+//! loopback ports that are safe to hand to a child process, and an HTTP client that returns
+//! status, headers and body.
+
+pub mod binaries;
+pub mod cluster;
+mod http;
+pub mod netns;
+pub mod node;
+pub mod ports;
+pub mod s3;
+
+pub use http::{Client, Http, Reply};
+
+pub use ursula_wire::placement::group_of;
+
+/// A runtime for tests that also drive child processes from the test thread.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
