@@ -397,30 +397,20 @@ impl TestCluster {
 
     /// Reads a whole stream from its leader.
     pub async fn read_all(&self, path: &str) -> Vec<u8> {
-        let mut offset = "-1".to_owned();
-        let mut out = Vec::new();
-        loop {
-            let reply = self
-                .send(
-                    0,
-                    Method::GET,
-                    &format!("{path}?offset={offset}"),
-                    &[],
-                    Bytes::new(),
-                    Duration::from_secs(20),
-                )
-                .await
-                .expect("a leader answers the read");
-            assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
-            out.extend_from_slice(&reply.body);
-            offset = reply
-                .header("stream-next-offset")
-                .expect("next offset")
-                .to_owned();
-            if reply.header("stream-up-to-date") == Some("true") {
-                return out;
-            }
-        }
+        let (bytes, _) = crate::http::read_pages(path, "-1", async |target| {
+            self.send(
+                0,
+                Method::GET,
+                target,
+                &[],
+                Bytes::new(),
+                Duration::from_secs(20),
+            )
+            .await
+            .expect("a leader answers the read")
+        })
+        .await;
+        bytes
     }
 
     /// Waits until every running voter's own copy of the stream is the given bytes (its

@@ -136,20 +136,7 @@ impl Client {
 
     /// Reads a stream from `offset` to its tail, page by page.
     pub async fn read_all_from(&self, path: &str, offset: &str) -> (Vec<u8>, Reply) {
-        let mut offset = offset.to_owned();
-        let mut out = Vec::new();
-        loop {
-            let reply = self.get(&format!("{path}?offset={offset}")).await;
-            assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
-            out.extend_from_slice(&reply.body);
-            offset = reply
-                .header("stream-next-offset")
-                .expect("next offset")
-                .to_owned();
-            if reply.header("stream-up-to-date") == Some("true") {
-                return (out, reply);
-            }
-        }
+        read_pages(path, offset, async |target| self.get(target).await).await
     }
 
     pub async fn put(&self, path: &str, headers: &[(&str, &str)], body: impl Into<Bytes>) -> Reply {
@@ -182,6 +169,29 @@ impl Client {
                 "{path}: {}",
                 created.text()
             );
+        }
+    }
+}
+
+/// Reads `path` from `offset` to its tail, one `get` of `{path}?offset=...` per page; the
+/// bytes, and the last page's answer.
+pub(crate) async fn read_pages(
+    path: &str,
+    offset: &str,
+    mut get: impl AsyncFnMut(&str) -> Reply,
+) -> (Vec<u8>, Reply) {
+    let mut offset = offset.to_owned();
+    let mut out = Vec::new();
+    loop {
+        let reply = get(&format!("{path}?offset={offset}")).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+        out.extend_from_slice(&reply.body);
+        offset = reply
+            .header("stream-next-offset")
+            .expect("next offset")
+            .to_owned();
+        if reply.header("stream-up-to-date") == Some("true") {
+            return (out, reply);
         }
     }
 }

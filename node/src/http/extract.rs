@@ -17,24 +17,90 @@ use super::request;
 use super::response::Body;
 use super::route::{self, Target};
 use crate::admission::BodyPermit;
+use crate::machine::StreamPath;
+
+/// The part of a request's target a route's handler takes; the target back when the path is
+/// not one this route's resources have (a route table and `route::parse` that disagreed).
+pub trait Resource: Sized + Send {
+    fn of(target: Target) -> Result<Self, Target>;
+}
+
+impl Resource for StreamPath {
+    fn of(target: Target) -> Result<Self, Target> {
+        match target {
+            Target::Stream(path) => Ok(path),
+            other => Err(other),
+        }
+    }
+}
+
+/// `/{bucket}`.
+pub struct BucketId(pub String);
+
+/// `.../bootstrap`.
+pub struct BootstrapOf(pub StreamPath);
+
+/// `.../snapshot/{offset}`.
+pub struct SnapshotAt(pub StreamPath, pub String);
+
+/// `.../retention/{offset}`.
+pub struct RetentionAt(pub StreamPath, pub String);
+
+impl Resource for BucketId {
+    fn of(target: Target) -> Result<Self, Target> {
+        match target {
+            Target::Bucket(bucket) => Ok(Self(bucket)),
+            other => Err(other),
+        }
+    }
+}
+
+impl Resource for BootstrapOf {
+    fn of(target: Target) -> Result<Self, Target> {
+        match target {
+            Target::Bootstrap(path) => Ok(Self(path)),
+            other => Err(other),
+        }
+    }
+}
+
+impl Resource for SnapshotAt {
+    fn of(target: Target) -> Result<Self, Target> {
+        match target {
+            Target::Snapshot(path, offset) => Ok(Self(path, offset)),
+            other => Err(other),
+        }
+    }
+}
+
+impl Resource for RetentionAt {
+    fn of(target: Target) -> Result<Self, Target> {
+        match target {
+            Target::Retention(path, offset) => Ok(Self(path, offset)),
+            other => Err(other),
+        }
+    }
+}
 
 /// The resource a read names, in a group this node hosts and leads (the leader has applied
 /// every acknowledged write).
-pub struct Led(pub Target);
+pub struct Led<R>(pub R);
 
-impl FromRequestParts<Arc<App>> for Led {
+impl<R: Resource> FromRequestParts<Arc<App>> for Led<R> {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, ApiError> {
         let target = app.target(parts.uri.path())?;
         app.require_leader(target.bucket())?;
-        Ok(Self(target))
+        R::of(target)
+            .map(Self)
+            .map_err(|target| method_not_allowed(&target, &parts.method))
     }
 }
 
 /// A write that passed admission, with its body.
-pub struct Admitted {
-    pub target: Target,
+pub struct Admitted<R> {
+    pub resource: R,
     pub write: Write,
     pub parts: Parts,
     pub body: Bytes,
@@ -42,7 +108,7 @@ pub struct Admitted {
     permit: BodyPermit,
 }
 
-impl FromRequest<Arc<App>> for Admitted {
+impl<R: Resource> FromRequest<Arc<App>> for Admitted<R> {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, app: &Arc<App>) -> Result<Self, ApiError> {
@@ -79,8 +145,10 @@ impl FromRequest<Arc<App>> for Admitted {
             app.require_leader(target.bucket())
                 .map_err(|error| error.during(Some(write)))?;
         }
+        let resource =
+            R::of(target).map_err(|target| method_not_allowed(&target, &parts.method))?;
         Ok(Self {
-            target,
+            resource,
             write,
             parts,
             body,
@@ -89,24 +157,24 @@ impl FromRequest<Arc<App>> for Admitted {
     }
 }
 
-impl Admitted {
-    /// Runs the write's handler on its target, request head and body; its refusals name the
+impl<R> Admitted<R> {
+    /// Runs the write's handler on its resource, request head and body; its refusals name the
     /// write, for the marker. The body's budget is given back once the answer is ready.
     pub async fn answer<F>(
         self,
-        handler: impl FnOnce(Target, Parts, Bytes) -> F,
+        handler: impl FnOnce(R, Parts, Bytes) -> F,
     ) -> Result<http::Response<Body>, ApiError>
     where
         F: Future<Output = Result<http::Response<Body>, ApiError>>,
     {
         let Self {
-            target,
+            resource,
             write,
             parts,
             body,
             permit,
         } = self;
-        let answer = handler(target, parts, body).await;
+        let answer = handler(resource, parts, body).await;
         drop(permit);
         answer.map_err(|error| error.during(Some(write)))
     }

@@ -9,11 +9,11 @@ use axum::routing::{MethodRouter, get, put};
 use http::{Method, Response, Uri};
 
 use super::error::ApiError;
-use super::extract::{Admitted, Led, method_not_allowed, unrouted};
+use super::extract::{Admitted, BootstrapOf, BucketId, Led, RetentionAt, SnapshotAt, unrouted};
 use super::layers::{Answers, ClientService};
 use super::response::Body;
-use super::route::Target;
 use super::{App, handlers, link};
+use crate::machine::StreamPath;
 
 type Answer = Result<Response<Body>, ApiError>;
 
@@ -59,98 +59,64 @@ async fn no_route(State(app): State<Arc<App>>, method: Method, uri: Uri) -> ApiE
     unrouted(&app, &method, uri.path())
 }
 
-async fn create_bucket(State(app): State<Arc<App>>, write: Admitted) -> Answer {
+async fn create_bucket(State(app): State<Arc<App>>, write: Admitted<BucketId>) -> Answer {
     write
-        .answer(async |target, parts, _| match target {
-            Target::Bucket(bucket) => handlers::bucket::create(&app, bucket).await,
-            target => Err(method_not_allowed(&target, &parts.method)),
+        .answer(async |BucketId(bucket), _, _| handlers::bucket::create(&app, bucket).await)
+        .await
+}
+
+async fn create_stream(State(app): State<Arc<App>>, write: Admitted<StreamPath>) -> Answer {
+    write
+        .answer(async |path, parts, body| handlers::create::handle(&app, parts, body, path).await)
+        .await
+}
+
+async fn append(State(app): State<Arc<App>>, write: Admitted<StreamPath>) -> Answer {
+    write
+        .answer(async |path, parts, body| handlers::append::handle(&app, parts, body, path).await)
+        .await
+}
+
+async fn delete_stream(State(app): State<Arc<App>>, write: Admitted<StreamPath>) -> Answer {
+    write
+        .answer(async |path, _, _| handlers::meta::delete(&app, path).await)
+        .await
+}
+
+async fn publish_snapshot(State(app): State<Arc<App>>, write: Admitted<SnapshotAt>) -> Answer {
+    write
+        .answer(async |SnapshotAt(path, offset), parts, body| {
+            handlers::snapshot::publish(&app, parts, body, path, &offset).await
         })
         .await
 }
 
-async fn create_stream(State(app): State<Arc<App>>, write: Admitted) -> Answer {
+async fn advance_retention(State(app): State<Arc<App>>, write: Admitted<RetentionAt>) -> Answer {
     write
-        .answer(async |target, parts, body| match target {
-            Target::Stream(path) => handlers::create::handle(&app, parts, body, path).await,
-            target => Err(method_not_allowed(&target, &parts.method)),
+        .answer(async |RetentionAt(path, offset), _, _| {
+            handlers::snapshot::retain(&app, path, &offset).await
         })
         .await
 }
 
-async fn append(State(app): State<Arc<App>>, write: Admitted) -> Answer {
-    write
-        .answer(async |target, parts, body| match target {
-            Target::Stream(path) => handlers::append::handle(&app, parts, body, path).await,
-            target => Err(method_not_allowed(&target, &parts.method)),
-        })
-        .await
+async fn read(State(app): State<Arc<App>>, Led(path): Led<StreamPath>, request: Request) -> Answer {
+    handlers::read::handle(&app, request, path).await
 }
 
-async fn delete_stream(State(app): State<Arc<App>>, write: Admitted) -> Answer {
-    write
-        .answer(async |target, parts, _| match target {
-            Target::Stream(path) => handlers::meta::delete(&app, path).await,
-            target => Err(method_not_allowed(&target, &parts.method)),
-        })
-        .await
-}
-
-async fn publish_snapshot(State(app): State<Arc<App>>, write: Admitted) -> Answer {
-    write
-        .answer(async |target, parts, body| match target {
-            Target::Snapshot(path, offset) => {
-                handlers::snapshot::publish(&app, parts, body, path, &offset).await
-            }
-            target => Err(method_not_allowed(&target, &parts.method)),
-        })
-        .await
-}
-
-async fn advance_retention(State(app): State<Arc<App>>, write: Admitted) -> Answer {
-    write
-        .answer(async |target, parts, _| match target {
-            Target::Retention(path, offset) => {
-                handlers::snapshot::retain(&app, path, &offset).await
-            }
-            target => Err(method_not_allowed(&target, &parts.method)),
-        })
-        .await
-}
-
-async fn read(State(app): State<Arc<App>>, Led(target): Led, request: Request) -> Answer {
-    match target {
-        Target::Stream(path) => handlers::read::handle(&app, request, path).await,
-        _ => Err(unrouted(&app, request.method(), request.uri().path())),
-    }
-}
-
-async fn head(State(app): State<Arc<App>>, Led(target): Led, method: Method, uri: Uri) -> Answer {
-    match target {
-        Target::Stream(path) => handlers::meta::head(&app, &path),
-        _ => Err(unrouted(&app, &method, uri.path())),
-    }
+async fn head(State(app): State<Arc<App>>, Led(path): Led<StreamPath>) -> Answer {
+    handlers::meta::head(&app, &path)
 }
 
 async fn bootstrap(
     State(app): State<Arc<App>>,
-    Led(target): Led,
-    method: Method,
-    uri: Uri,
+    Led(BootstrapOf(path)): Led<BootstrapOf>,
 ) -> Answer {
-    match target {
-        Target::Bootstrap(path) => handlers::snapshot::bootstrap(&app, &path).await,
-        _ => Err(unrouted(&app, &method, uri.path())),
-    }
+    handlers::snapshot::bootstrap(&app, &path).await
 }
 
 async fn read_snapshot(
     State(app): State<Arc<App>>,
-    Led(target): Led,
-    method: Method,
-    uri: Uri,
+    Led(SnapshotAt(path, offset)): Led<SnapshotAt>,
 ) -> Answer {
-    match target {
-        Target::Snapshot(path, offset) => handlers::snapshot::read(&app, &path, &offset).await,
-        _ => Err(unrouted(&app, &method, uri.path())),
-    }
+    handlers::snapshot::read(&app, &path, &offset).await
 }

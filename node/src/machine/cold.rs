@@ -103,31 +103,17 @@ impl Machine {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::machine::StreamPath;
     use crate::machine::stream::ForkOrigin;
 
     fn meta(tail: u64, retained_from: u64, fork_at: Option<u64>) -> StreamMeta {
         StreamMeta {
-            id: 1,
-            path: StreamPath::new("b", "s"),
-            content_type: "text/plain".into(),
-            ttl_secs: None,
-            expires_at: None,
-            expiry_inherited: false,
-            created_ms: 0,
-            last_access_ms: 0,
-            closed: false,
-            tail,
             retained_from,
             fork: fork_at.map(|offset| ForkOrigin {
                 source_id: 9,
                 offset,
                 sub_offset: 0,
             }),
-            fork_children: 0,
-            soft_deleted: false,
-            stream_seq: None,
-            snapshots: Default::default(),
+            ..StreamMeta::for_tests(tail)
         }
     }
 

@@ -83,6 +83,29 @@ pub struct StreamMeta {
 }
 
 impl StreamMeta {
+    /// A text stream `b/s` with ID 1 and this tail, as unit tests start from.
+    #[cfg(test)]
+    pub fn for_tests(tail: u64) -> Self {
+        Self {
+            id: 1,
+            path: StreamPath::new("b", "s"),
+            content_type: "text/plain".into(),
+            ttl_secs: None,
+            expires_at: None,
+            expiry_inherited: false,
+            created_ms: 0,
+            last_access_ms: 0,
+            closed: false,
+            tail,
+            retained_from: 0,
+            fork: None,
+            fork_children: 0,
+            soft_deleted: false,
+            stream_seq: None,
+            snapshots: Default::default(),
+        }
+    }
+
     pub fn is_json(&self) -> bool {
         is_json_content_type(&self.content_type)
     }

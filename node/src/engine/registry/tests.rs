@@ -5,24 +5,7 @@ use super::*;
 /// A rendered event is kept only while another live reader could use it.
 #[test]
 fn a_rendered_event_is_kept_only_for_other_readers() {
-    let meta = StreamMeta {
-        id: 1,
-        path: crate::machine::StreamPath::new("demo", "s"),
-        content_type: "text/plain".into(),
-        ttl_secs: None,
-        expires_at: None,
-        expiry_inherited: false,
-        created_ms: 0,
-        last_access_ms: 0,
-        closed: false,
-        tail: 10,
-        retained_from: 0,
-        fork: None,
-        fork_children: 0,
-        soft_deleted: false,
-        stream_seq: None,
-        snapshots: Default::default(),
-    };
+    let meta = StreamMeta::for_tests(10);
     let handle = StreamHandle::new(Arc::new(meta), 0);
     let key = RenderKey {
         from: 0,

@@ -51,18 +51,8 @@ fn the_spec_tables_row_by_row() {
             T::NotLeader,
             &[APPEND, STAGED_APPEND, Write::Close, CREATE],
         ),
-        (
-            Stage::BeforeProposal,
-            T::GroupNotHosted,
-            &[
-                CREATE,
-                STAGED_CREATE,
-                APPEND,
-                STAGED_APPEND,
-                Write::Close,
-                Write::DeleteStream,
-            ],
-        ),
+        // Every stream write but snapshots and retention: ALL_WRITES[1..7].
+        (Stage::BeforeProposal, T::GroupNotHosted, &ALL_WRITES[1..7]),
         (
             Stage::BeforeProposal,
             T::RaftUncommittedBackpressure,
