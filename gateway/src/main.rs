@@ -43,6 +43,9 @@ struct Args {
     access_keys_file: Option<PathBuf>,
 }
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(

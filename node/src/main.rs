@@ -103,6 +103,9 @@ fn init_logging() {
         .init();
 }
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     init_logging();
     let args = Args::parse();
