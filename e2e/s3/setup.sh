@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Creates (once) the real S3-API server the cold-tier tests run against: moto's server mode
 # (PyPI moto[server], pinned in requirements.txt), in e2e/.tools/s3. The tests start it as
-# a process on a free port (node/tests/support/s3.rs).
+# a process on a free port (e2e/testkit/src/s3.rs).
 # Usage: e2e/s3/setup.sh
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
