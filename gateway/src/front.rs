@@ -46,6 +46,7 @@ pub fn admin(gateway: Arc<Gateway>) -> Router {
         .route("/readyz", get(ok))
         .route("/metrics", get(metrics))
         .fallback(no_admin_route)
+        .method_not_allowed_fallback(admin_method_not_allowed)
         .with_state(gateway)
 }
 
@@ -92,6 +93,7 @@ where
             .requests
             .fetch_add(1, Ordering::Relaxed);
         Vouch {
+            head: request.method() == http::Method::HEAD,
             inner: self.inner.call(request),
         }
     }
@@ -99,6 +101,7 @@ where
 
 pin_project_lite::pin_project! {
     pub struct Vouch<F> {
+        head: bool,
         #[pin]
         inner: F,
     }
@@ -108,12 +111,16 @@ impl<F: Future<Output = Result<Response<Body>, Infallible>>> Future for Vouch<F>
     type Output = F::Output;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let Poll::Ready(Ok(mut response)) = self.project().inner.poll(cx) else {
+        let this = self.project();
+        let Poll::Ready(Ok(mut response)) = this.inner.poll(cx) else {
             return Poll::Pending;
         };
-        response
-            .headers_mut()
-            .insert(headers::NOT_APPLIED_CHECKED, HeaderValue::from_static("1"));
+        let map = response.headers_mut();
+        map.insert(headers::NOT_APPLIED_CHECKED, HeaderValue::from_static("1"));
+        // axum sets the length of the empty body it relays; a HEAD's length would be the GET's.
+        if *this.head {
+            map.remove(http::header::CONTENT_LENGTH);
+        }
         Poll::Ready(Ok(response))
     }
 }
@@ -133,14 +140,21 @@ async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response<Body> {
 }
 
 async fn no_admin_route(uri: Uri) -> Response<Body> {
-    let body = ursula_wire::ErrorBody::new(
+    admin_error(
         ErrorToken::NotFound,
         format!("no admin route {:?}", uri.path()),
-    );
-    json(
-        StatusCode::NOT_FOUND,
-        String::from_utf8_lossy(&body.to_json()).into_owned(),
     )
+}
+
+async fn admin_method_not_allowed(method: http::Method, uri: Uri) -> Response<Body> {
+    let message = format!("{method} is not allowed on {}", uri.path());
+    admin_error(ErrorToken::MethodNotAllowed, message)
+}
+
+fn admin_error(token: ErrorToken, message: String) -> Response<Body> {
+    let status = StatusCode::from_u16(token.status()).unwrap_or(StatusCode::NOT_FOUND);
+    let body = ursula_wire::ErrorBody::new(token, message).to_json();
+    json(status, String::from_utf8_lossy(&body).into_owned())
 }
 
 fn json(status: StatusCode, text: String) -> Response<Body> {
@@ -202,5 +216,9 @@ mod tests {
                 "{path}"
             );
         }
+        // Each request counted once, each of them a refusal.
+        let count = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+        assert_eq!(count(&gateway.metrics.requests), 10);
+        assert_eq!(count(&gateway.metrics.refusals), 10);
     }
 }

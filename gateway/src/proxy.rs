@@ -111,7 +111,6 @@ impl Gateway {
 
     /// Answers one client request: forwarded under the redirect rule, or refused.
     pub async fn handle(&self, request: axum::extract::Request) -> Response<Body> {
-        self.metrics.requests.fetch_add(1, Ordering::Relaxed);
         self.forward(request).await.unwrap_or_else(|refusal| {
             self.metrics.refusals.fetch_add(1, Ordering::Relaxed);
             refusal.into_response()

@@ -38,12 +38,16 @@ pub struct Admin {
 /// The admin listener's routes.
 fn router(admin: Arc<Admin>) -> Router {
     Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
+        // axum would answer a HEAD with the GET handler: the admin routes take no HEAD.
+        .route("/healthz", get(healthz).head(method_not_allowed))
+        .route("/readyz", get(readyz).head(method_not_allowed))
+        .route("/metrics", get(metrics).head(method_not_allowed))
         .route("/admin/drain", post(drain).delete(undrain))
         .route("/admin/buckets/{bucket}/purge", post(purge))
-        .route("/admin/replica/{bucket}/{stream}", get(replica))
+        .route(
+            "/admin/replica/{bucket}/{stream}",
+            get(replica).head(method_not_allowed),
+        )
         .fallback(no_route)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::map_response(
@@ -211,7 +215,7 @@ async fn purge_anywhere(admin: &Admin, bucket: &str) -> Result<u64, ApiError> {
     let Some(peer) = cluster.peers.get(&target) else {
         return Err(ApiError::not_leader(None));
     };
-    let group = crate::cluster::placement::group_of(bucket, admin.groups.group_count());
+    let group = ursula_wire::placement::group_of(bucket, admin.groups.group_count());
     crate::cluster::network::forward_purge(&admin.peers, &peer.cluster_url, group, bucket)
         .await
         .map_err(|reason| {

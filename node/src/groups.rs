@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use crate::cluster::ClusterView;
-use crate::cluster::placement::group_of;
 use crate::engine::Engine;
+use ursula_wire::placement::group_of;
 
 /// A replica this many entries behind its log is not ready.
 const READY_APPLY_LAG: u64 = 1024;

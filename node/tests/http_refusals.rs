@@ -95,6 +95,34 @@ async fn buckets_and_names() {
 }
 
 #[tokio::test]
+async fn head_is_answered_only_where_the_api_has_it() {
+    let node = node().await;
+    with_stream(&node).await;
+    // A stream's HEAD: its metadata, and no length of the empty body it sends (a HEAD's
+    // length would be the GET's).
+    let head = node.client.send(Method::HEAD, "/demo/s", &[], "").await;
+    assert_eq!(head.status, StatusCode::OK);
+    assert!(head.header("stream-next-offset").is_some());
+    assert_eq!(head.header("content-length"), None);
+    // Resources with a GET and no HEAD refuse it, and do not read anything for it.
+    for path in ["/demo/s/bootstrap", "/demo/s/snapshot/-1"] {
+        let refused = node.client.send(Method::HEAD, path, &[], "").await;
+        assert_eq!(refused.status, StatusCode::METHOD_NOT_ALLOWED, "{path}");
+    }
+    // Only a GET upgrades to the gateway link.
+    let link = [("connection", "upgrade"), ("upgrade", "ursula-link/1")];
+    let head_link = node
+        .client
+        .send(Method::HEAD, "/_ursula/link", &link, "")
+        .await;
+    assert_eq!(head_link.status, StatusCode::BAD_REQUEST);
+    for path in ["/healthz", "/readyz", "/metrics", "/admin/replica/demo/s"] {
+        let refused = node.admin.send(Method::HEAD, path, &[], "").await;
+        assert_eq!(refused.status, StatusCode::METHOD_NOT_ALLOWED, "{path}");
+    }
+}
+
+#[tokio::test]
 async fn admin_routes_are_not_on_the_client_listener() {
     let node = node().await;
     for path in ["/healthz", "/readyz", "/metrics"] {

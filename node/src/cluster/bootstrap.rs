@@ -80,6 +80,8 @@ pub async fn start_groups(config: &Config, view: &Arc<ClusterView>) -> Result<Re
             links: links.clone(),
             health: health.clone(),
         };
+        // The engine keeps the Replication; this node's heartbeats and its cluster listener
+        // need the Raft instance itself, which the start hands out here.
         let (started, raft) = tokio::sync::oneshot::channel();
         let start = {
             let (settings, view, log) = (settings.clone(), view.clone(), log.clone());

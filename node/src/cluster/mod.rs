@@ -13,7 +13,6 @@
 //!   failures to a line per peer per interval in the log). `peer_link` coalesces the
 //!   groups' concurrent appends and votes to a peer into one exchange on one connection,
 //!   framed by `frame`; snapshots and forwarded purges are HTTP/2 requests.
-//! - `placement`: which group a bucket's streams live in.
 
 pub mod batcher;
 pub mod bootstrap;
@@ -26,7 +25,6 @@ pub mod log_store;
 mod log_writer;
 pub mod network;
 pub mod peer_link;
-pub mod placement;
 pub mod service;
 pub mod state_machine;
 pub mod types;

@@ -25,14 +25,15 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    /// A refusal raised before anything was proposed (a bad request, a missing stream found
-    /// while reading): `at` and the conversions below name any other stage.
+    /// A refusal whose stage proves nothing (`Stage::Unknown`, so never marked): the places
+    /// that know better say so with `at` (the leadership and hosting checks, admission, the
+    /// engine's own checks, the state machine's refusals).
     pub fn new(token: ErrorToken, message: impl Into<String>) -> Self {
         Self {
             token,
             message: message.into(),
             headers: Vec::new(),
-            stage: Stage::BeforeProposal,
+            stage: Stage::Unknown,
             write: None,
             leader: None,
         }
@@ -46,7 +47,7 @@ impl ApiError {
         };
         Self {
             leader,
-            ..Self::new(ErrorToken::NotLeader, message)
+            ..Self::new(ErrorToken::NotLeader, message).at(Stage::BeforeProposal)
         }
     }
 
@@ -172,26 +173,21 @@ impl From<EngineError> for ApiError {
     fn from(error: EngineError) -> Self {
         match error {
             EngineError::Refused(refusal) => refusal.into(),
-            EngineError::Storage(message) => {
-                Self::new(ErrorToken::Internal, message).at(Stage::Unknown)
-            }
-            EngineError::Stopped => {
-                Self::new(ErrorToken::Unavailable, "the node is shutting down").at(Stage::Unknown)
-            }
+            EngineError::Storage(message) => Self::new(ErrorToken::Internal, message),
+            EngineError::Stopped => Self::new(ErrorToken::Unavailable, "the node is shutting down"),
             // Raft may have taken the write before it found it no longer leads.
             EngineError::NotLeader { leader } => Self::not_leader(leader).at(Stage::Proposed),
-            EngineError::Replication(message) => {
-                Self::new(ErrorToken::Unavailable, message).at(Stage::Unknown)
-            }
+            EngineError::Replication(message) => Self::new(ErrorToken::Unavailable, message),
             error @ EngineError::TimedOut(_) => {
-                Self::new(ErrorToken::RequestTimeout, error.to_string()).at(Stage::Unknown)
+                Self::new(ErrorToken::RequestTimeout, error.to_string())
             }
             // The engine's own checks, before anything was proposed.
             error @ EngineError::UncommittedBackpressure { .. } => {
                 Self::new(ErrorToken::RaftUncommittedBackpressure, error.to_string())
+                    .at(Stage::BeforeProposal)
             }
             error @ EngineError::ColdBackpressure { .. } => {
-                Self::new(ErrorToken::ColdBackpressure, error.to_string())
+                Self::new(ErrorToken::ColdBackpressure, error.to_string()).at(Stage::BeforeProposal)
             }
             // Nothing was proposed; the spec marks no such refusal (`marking` decides).
             error @ EngineError::Staging(_) => {
@@ -215,13 +211,11 @@ impl From<ReadError> for ApiError {
             ReadError::NotBoundary(_) => Self::new(ErrorToken::InvalidOffset, error.to_string()),
             ReadError::Removed(path) => Refusal::StreamNotFound(path).into(),
             ReadError::MissingSource(_) | ReadError::Missing { .. } | ReadError::Storage(_) => {
-                Self::new(ErrorToken::Internal, error.to_string()).at(Stage::Unknown)
+                Self::new(ErrorToken::Internal, error.to_string())
             }
             // Object storage may be back in a moment; the read can be repeated.
             ReadError::Cold(_) => Self::new(ErrorToken::Unavailable, error.to_string()),
-            ReadError::TimedOut(_) => {
-                Self::new(ErrorToken::RequestTimeout, error.to_string()).at(Stage::Unknown)
-            }
+            ReadError::TimedOut(_) => Self::new(ErrorToken::RequestTimeout, error.to_string()),
         }
     }
 }

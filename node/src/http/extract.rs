@@ -100,10 +100,10 @@ impl<R: Resource> FromRequestParts<Arc<App>> for Led<R> {
 
 /// A write that passed admission, with its body.
 pub struct Admitted<R> {
-    pub resource: R,
-    pub write: Write,
-    pub parts: Parts,
-    pub body: Bytes,
+    resource: R,
+    write: Write,
+    parts: Parts,
+    body: Bytes,
     /// The body's share of `server.http_inflight_body_size`, held until the answer is ready.
     permit: BodyPermit,
 }

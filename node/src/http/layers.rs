@@ -62,11 +62,15 @@ where
         if request.method() == Method::OPTIONS {
             return Answer::Preflight;
         }
-        let live =
-            request.method() == Method::GET && ursula_wire::is_live_read(request.uri().query());
+        // Live reads last as long as the client asks, and a gateway link for as long as it is
+        // open: neither is timed.
+        let untimed = request.method() == Method::GET
+            && (ursula_wire::is_live_read(request.uri().query())
+                || request.headers().contains_key(http::header::UPGRADE));
         Answer::Routed {
+            head: request.method() == Method::HEAD,
             cors: request.headers().contains_key(http::header::ORIGIN),
-            started: (!live).then(Instant::now),
+            started: (!untimed).then(Instant::now),
             uri: request.uri().clone(),
             app: self.app.clone(),
             inner: self.inner.call(request),
@@ -79,8 +83,9 @@ pin_project_lite::pin_project! {
     pub enum Answer<F> {
         Preflight,
         Routed {
+            head: bool,
             cors: bool,
-            // `None` for live reads, whose length is the client's choice.
+            // `None` for what is not timed.
             started: Option<Instant>,
             uri: Uri,
             app: Arc<App>,
@@ -97,6 +102,7 @@ impl<F: Future<Output = Result<Response<Body>, Infallible>>> Future for Answer<F
         match self.project() {
             AnswerProjection::Preflight => Poll::Ready(Ok(preflight())),
             AnswerProjection::Routed {
+                head,
                 cors,
                 started,
                 uri,
@@ -108,6 +114,10 @@ impl<F: Future<Output = Result<Response<Body>, Infallible>>> Future for Answer<F
                 };
                 redirect(app, uri, &mut response);
                 add_common_headers(response.headers_mut(), *cors);
+                // axum sets the length of the empty body; a HEAD's length would be the GET's.
+                if *head {
+                    response.headers_mut().remove(http::header::CONTENT_LENGTH);
+                }
                 if let (Some(started), Some(metrics)) = (started, &app.metrics) {
                     metrics.request_seconds.observe(started.elapsed());
                 }

@@ -68,10 +68,11 @@ impl Drop for OpenLink {
 /// listener's shutdown waits) until its last answer is written. Without the upgrade, the path
 /// is no route.
 pub fn accept(app: Arc<App>, mut request: Request, service: ClientService) -> Response<Body> {
-    let upgrade = request
-        .headers()
-        .get(UPGRADE)
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(link::PROTOCOL.as_bytes()));
+    let upgrade = request.method() == Method::GET
+        && request
+            .headers()
+            .get(UPGRADE)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(link::PROTOCOL.as_bytes()));
     if !upgrade {
         return super::extract::unrouted(&app, request.method(), request.uri().path())
             .into_response();

@@ -29,6 +29,7 @@ use crate::groups::Groups;
 use crate::shutdown::until_stopping;
 use error::ApiError;
 pub use layers::add_common_headers;
+use marking::Stage;
 use route::Target;
 
 pub struct App {
@@ -90,7 +91,7 @@ pub(crate) fn not_hosted(not_hosted: crate::groups::NotHosted) -> ApiError {
     );
     ApiError {
         leader: not_hosted.voters.first().copied(),
-        ..ApiError::new(ErrorToken::GroupNotHosted, message)
+        ..ApiError::new(ErrorToken::GroupNotHosted, message).at(Stage::BeforeProposal)
     }
 }
 

@@ -15,7 +15,7 @@ use super::response::Body;
 use super::{App, handlers, link};
 use crate::machine::StreamPath;
 
-type Answer = Result<Response<Body>, ApiError>;
+type Answered = Result<Response<Body>, ApiError>;
 
 /// The route table inside the layer every answer passes through.
 pub fn service(app: Arc<App>) -> ClientService {
@@ -35,16 +35,20 @@ fn router(app: Arc<App>) -> Router {
         .route("/v1/stream/{*name}", stream())
         .route("/{bucket}", put(create_bucket))
         .route("/{bucket}/{stream}", stream())
-        .route("/{bucket}/{stream}/bootstrap", get(bootstrap))
+        // axum would answer a HEAD with the GET handler: these resources take no HEAD.
+        .route(
+            "/{bucket}/{stream}/bootstrap",
+            get(bootstrap).head(no_route),
+        )
         .route(
             "/{bucket}/{stream}/snapshot/{offset}",
-            get(read_snapshot).put(publish_snapshot),
+            get(read_snapshot).head(no_route).put(publish_snapshot),
         )
         .route(
             "/{bucket}/{stream}/retention/{offset}",
             put(advance_retention),
         )
-        .route(ursula_wire::link::PATH, get(gateway_link))
+        .route(ursula_wire::link::PATH, get(gateway_link).head(no_route))
         .fallback(no_route)
         .method_not_allowed_fallback(no_route)
         .with_state(app)
@@ -59,31 +63,31 @@ async fn no_route(State(app): State<Arc<App>>, method: Method, uri: Uri) -> ApiE
     unrouted(&app, &method, uri.path())
 }
 
-async fn create_bucket(State(app): State<Arc<App>>, write: Admitted<BucketId>) -> Answer {
+async fn create_bucket(State(app): State<Arc<App>>, write: Admitted<BucketId>) -> Answered {
     write
         .answer(async |BucketId(bucket), _, _| handlers::bucket::create(&app, bucket).await)
         .await
 }
 
-async fn create_stream(State(app): State<Arc<App>>, write: Admitted<StreamPath>) -> Answer {
+async fn create_stream(State(app): State<Arc<App>>, write: Admitted<StreamPath>) -> Answered {
     write
         .answer(async |path, parts, body| handlers::create::handle(&app, parts, body, path).await)
         .await
 }
 
-async fn append(State(app): State<Arc<App>>, write: Admitted<StreamPath>) -> Answer {
+async fn append(State(app): State<Arc<App>>, write: Admitted<StreamPath>) -> Answered {
     write
         .answer(async |path, parts, body| handlers::append::handle(&app, parts, body, path).await)
         .await
 }
 
-async fn delete_stream(State(app): State<Arc<App>>, write: Admitted<StreamPath>) -> Answer {
+async fn delete_stream(State(app): State<Arc<App>>, write: Admitted<StreamPath>) -> Answered {
     write
         .answer(async |path, _, _| handlers::meta::delete(&app, path).await)
         .await
 }
 
-async fn publish_snapshot(State(app): State<Arc<App>>, write: Admitted<SnapshotAt>) -> Answer {
+async fn publish_snapshot(State(app): State<Arc<App>>, write: Admitted<SnapshotAt>) -> Answered {
     write
         .answer(async |SnapshotAt(path, offset), parts, body| {
             handlers::snapshot::publish(&app, parts, body, path, &offset).await
@@ -91,7 +95,7 @@ async fn publish_snapshot(State(app): State<Arc<App>>, write: Admitted<SnapshotA
         .await
 }
 
-async fn advance_retention(State(app): State<Arc<App>>, write: Admitted<RetentionAt>) -> Answer {
+async fn advance_retention(State(app): State<Arc<App>>, write: Admitted<RetentionAt>) -> Answered {
     write
         .answer(async |RetentionAt(path, offset), _, _| {
             handlers::snapshot::retain(&app, path, &offset).await
@@ -99,24 +103,28 @@ async fn advance_retention(State(app): State<Arc<App>>, write: Admitted<Retentio
         .await
 }
 
-async fn read(State(app): State<Arc<App>>, Led(path): Led<StreamPath>, request: Request) -> Answer {
+async fn read(
+    State(app): State<Arc<App>>,
+    Led(path): Led<StreamPath>,
+    request: Request,
+) -> Answered {
     handlers::read::handle(&app, request, path).await
 }
 
-async fn head(State(app): State<Arc<App>>, Led(path): Led<StreamPath>) -> Answer {
+async fn head(State(app): State<Arc<App>>, Led(path): Led<StreamPath>) -> Answered {
     handlers::meta::head(&app, &path)
 }
 
 async fn bootstrap(
     State(app): State<Arc<App>>,
     Led(BootstrapOf(path)): Led<BootstrapOf>,
-) -> Answer {
+) -> Answered {
     handlers::snapshot::bootstrap(&app, &path).await
 }
 
 async fn read_snapshot(
     State(app): State<Arc<App>>,
     Led(SnapshotAt(path, offset)): Led<SnapshotAt>,
-) -> Answer {
+) -> Answered {
     handlers::snapshot::read(&app, &path, &offset).await
 }
