@@ -6,8 +6,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
 use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, State};
+use axum::extract::{FromRequestParts, Path, State};
 use axum::routing::{get, post};
+use http::request::Parts;
 use http::{Method, Response, StatusCode, Uri};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
@@ -16,6 +17,7 @@ use tokio::net::TcpListener;
 use ursula_wire::ErrorToken;
 use ursula_wire::admin::PurgeResponse;
 
+use crate::admin_token::{AdminToken, Denied};
 use crate::engine::EngineError;
 use crate::groups::Groups;
 use crate::http::add_common_headers;
@@ -26,6 +28,10 @@ use crate::machine::{Command, Outcome};
 type Answer = Result<Response<Body>, ApiError>;
 
 pub struct Admin {
+    /// What drains, purges and replica reads ask for (`server.admin_token_file`).
+    pub token: Option<AdminToken>,
+    /// `/metrics` asks for the token too.
+    pub metrics_require_token: bool,
     pub groups: Arc<Groups>,
     /// Set once the client listener is serving.
     pub ready: AtomicBool,
@@ -110,16 +116,51 @@ async fn readyz(State(admin): State<Arc<Admin>>) -> Answer {
     Ok(json(StatusCode::OK, r#"{"status":"ready"}"#.into()))
 }
 
-async fn metrics(State(admin): State<Arc<Admin>>) -> Response<Body> {
-    let mut text = String::with_capacity(4096);
-    crate::metrics::render(&admin.groups, &mut text);
-    Reply::new(StatusCode::OK)
-        .header("content-type", "text/plain; version=0.0.4")
-        .body(text)
-        .build()
+/// A request that carried the admin token, when the node has one. Without it: 401 with the
+/// JSON error, before the route does anything.
+struct Authorized;
+
+impl FromRequestParts<Arc<Admin>> for Authorized {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, admin: &Arc<Admin>) -> Result<Self, ApiError> {
+        authorize(admin, &parts.headers).map(|()| Self)
+    }
 }
 
-async fn drain(State(admin): State<Arc<Admin>>) -> Response<Body> {
+fn authorize(admin: &Admin, headers: &http::HeaderMap) -> Result<(), ApiError> {
+    let Some(token) = &admin.token else {
+        return Ok(());
+    };
+    let authorization = headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok());
+    let message = match token.check(authorization) {
+        Ok(()) => return Ok(()),
+        Err(Denied::Missing) => "this admin route needs Authorization: Bearer <admin token>".into(),
+        Err(Denied::Wrong) => "the bearer token is not this node's admin token".into(),
+        Err(Denied::Unreadable(why)) => {
+            tracing::error!(%why, "the admin token file cannot be read; admin routes refuse every request");
+            format!("the node cannot read its admin token: {why}")
+        }
+    };
+    Err(ApiError::new(ErrorToken::Unauthenticated, message)
+        .with_header("www-authenticate", "Bearer"))
+}
+
+async fn metrics(State(admin): State<Arc<Admin>>, headers: http::HeaderMap) -> Answer {
+    if admin.metrics_require_token {
+        authorize(&admin, &headers)?;
+    }
+    let mut text = String::with_capacity(4096);
+    crate::metrics::render(&admin.groups, &mut text);
+    Ok(Reply::new(StatusCode::OK)
+        .header("content-type", "text/plain; version=0.0.4")
+        .body(text)
+        .build())
+}
+
+async fn drain(State(admin): State<Arc<Admin>>, _: Authorized) -> Response<Body> {
     let still_led = admin.groups.drain(admin.drain_wait).await;
     json(
         StatusCode::OK,
@@ -127,7 +168,7 @@ async fn drain(State(admin): State<Arc<Admin>>) -> Response<Body> {
     )
 }
 
-async fn undrain(State(admin): State<Arc<Admin>>) -> Response<Body> {
+async fn undrain(State(admin): State<Arc<Admin>>, _: Authorized) -> Response<Body> {
     admin.groups.undrain();
     json(StatusCode::OK, r#"{"draining":false}"#.into())
 }
@@ -137,6 +178,7 @@ async fn undrain(State(admin): State<Arc<Admin>>) -> Response<Body> {
 /// the replicas agree (the client API always answers from the leader).
 async fn replica(
     State(admin): State<Arc<Admin>>,
+    _: Authorized,
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> Answer {
     use sha2::Digest;
@@ -230,6 +272,7 @@ async fn purge_anywhere(admin: &Admin, bucket: &str) -> Result<u64, ApiError> {
 /// is already purged (or never existed) succeeds and fences it.
 async fn purge(
     State(admin): State<Arc<Admin>>,
+    _: Authorized,
     bucket: Result<Path<String>, PathRejection>,
 ) -> Answer {
     let Path(bucket) = bucket.map_err(path_error)?;

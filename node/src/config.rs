@@ -70,6 +70,12 @@ pub struct ServerConfig {
     /// Long-polls and SSE keep their own durations.
     #[serde(deserialize_with = "duration")]
     pub request_timeout: Duration,
+    /// A file holding the bearer token that the admin listener's drain, purge and replica
+    /// routes ask for (`Authorization: Bearer <token>`). Read on every such request, so that
+    /// a new token written there takes effect without a restart. Unset, those routes are open.
+    pub admin_token_file: Option<PathBuf>,
+    /// `/metrics` asks for the admin token too.
+    pub metrics_require_token: bool,
 }
 
 /// The node's log. A single node's log is its write-ahead log; the keys keep the names they
@@ -297,6 +303,8 @@ impl Default for ServerConfig {
             http_inflight_body_size: 256 * 1024 * 1024,
             shutdown_grace: Duration::from_secs(10),
             request_timeout: Duration::from_secs(5),
+            admin_token_file: None,
+            metrics_require_token: false,
         }
     }
 }
@@ -455,6 +463,18 @@ impl Config {
 
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.validate_peers()?;
+        if self.server.metrics_require_token && self.server.admin_token_file.is_none() {
+            return Err(ConfigError::Invalid {
+                key: "server.metrics_require_token",
+                message: "needs server.admin_token_file".into(),
+            });
+        }
+        if let Some(file) = &self.server.admin_token_file {
+            crate::admin_token::AdminToken::open(file).map_err(|message| ConfigError::Invalid {
+                key: "server.admin_token_file",
+                message,
+            })?;
+        }
         if !crate::names::is_valid_bucket(&self.server.compat_bucket) {
             return Err(ConfigError::Invalid {
                 key: "server.compat_bucket",

@@ -16,10 +16,10 @@ fn port(base: u16, voter: u64, offset: u16) -> u16 {
     base + 10 * (voter as u16 - 1) + offset
 }
 
-fn voter_config(cluster: &DevCluster, id: u64) -> String {
+fn voter_config(cluster: &DevCluster, id: u64, admin_token: &Path) -> String {
     let base = cluster.base_port;
     let mut text = format!(
-        "node_id = {id}\ndata_dir = {:?}\n\n[server]\nlisten = \"127.0.0.1:{}\"\nadmin_listen = \"127.0.0.1:{}\"\ncluster_listen = \"127.0.0.1:{}\"\n\n[raft]\ngroup_count = 16\n",
+        "node_id = {id}\ndata_dir = {:?}\n\n[server]\nlisten = \"127.0.0.1:{}\"\nadmin_listen = \"127.0.0.1:{}\"\ncluster_listen = \"127.0.0.1:{}\"\nadmin_token_file = {admin_token:?}\n\n[raft]\ngroup_count = 16\n",
         cluster.data_dir.join(format!("node-{id}")),
         port(base, id, 0),
         port(base, id, 1),
@@ -33,6 +33,30 @@ fn voter_config(cluster: &DevCluster, id: u64) -> String {
         ));
     }
     text
+}
+
+/// A token of 256 random bits in hex, readable by its owner only; kept across runs.
+fn write_admin_token(path: &Path) -> std::io::Result<()> {
+    use std::hash::{BuildHasher, Hasher};
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if path.exists() {
+        return Ok(());
+    }
+    // Each `RandomState` is keyed from the operating system's random source.
+    let token: String = (0..4)
+        .map(|_| {
+            let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+            hasher.write_u64(0);
+            format!("{:016x}", hasher.finish())
+        })
+        .collect();
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    writeln!(file, "{token}")
 }
 
 fn spawn(program: &Path, args: &[String]) -> std::io::Result<Child> {
@@ -60,10 +84,16 @@ pub fn run(cluster: DevCluster) -> ExitCode {
         );
         return ExitCode::FAILURE;
     }
+    // The voters' admin routes ask for a token, as a production cluster's do.
+    let admin_token = cluster.data_dir.join("admin-token");
+    if let Err(error) = write_admin_token(&admin_token) {
+        eprintln!("ursula-node dev-cluster: cannot write {admin_token:?}: {error}");
+        return ExitCode::FAILURE;
+    }
     let mut children = Vec::new();
     for id in 1..=cluster.voters {
         let config = cluster.data_dir.join(format!("node-{id}.toml"));
-        if let Err(error) = std::fs::write(&config, voter_config(&cluster, id)) {
+        if let Err(error) = std::fs::write(&config, voter_config(&cluster, id, &admin_token)) {
             eprintln!("ursula-node dev-cluster: cannot write {config:?}: {error}");
             return ExitCode::FAILURE;
         }
@@ -108,6 +138,10 @@ pub fn run(cluster: DevCluster) -> ExitCode {
         voters.join(", ")
     );
     println!("client URL: {url}");
+    println!(
+        "admin token (Authorization: Bearer ..., on the voters' admin ports): {}",
+        admin_token.display()
+    );
     let _ = wait_for_signal();
     stop(&mut children);
     ExitCode::SUCCESS

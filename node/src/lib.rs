@@ -1,6 +1,7 @@
 //! Ursula node: the Durable Streams Protocol over HTTP, durable in redb.
 
 pub mod admin;
+pub mod admin_token;
 pub mod admission;
 pub mod cluster;
 pub mod cold;
@@ -169,7 +170,18 @@ pub async fn start(config: Config) -> Result<Node, StartError> {
     let client_addr = local(&client, config.server.listen)?;
     let admin_addr = local(&admin, config.server.admin_listen)?;
 
+    let token = match &config.server.admin_token_file {
+        Some(file) => Some(admin_token::AdminToken::open(file).map_err(|message| {
+            config::ConfigError::Invalid {
+                key: "server.admin_token_file",
+                message,
+            }
+        })?),
+        None => None,
+    };
     let admin_state = Arc::new(admin::Admin {
+        token,
+        metrics_require_token: config.server.metrics_require_token,
         groups: groups.clone(),
         ready: Default::default(),
         drain_wait: config.raft.election_timeout * 4,

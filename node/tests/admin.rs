@@ -166,3 +166,112 @@ async fn metrics_count_commands_appends_and_their_bytes() {
         "bucket, create, two appends, refused: {commands}"
     );
 }
+
+/// With `server.admin_token_file`, a drain, an undrain, a purge or a replica read without the
+/// token, or with another one, gets 401 and changes nothing; the probes stay open; a new token
+/// written to the file replaces the old one without a restart.
+#[tokio::test]
+async fn admin_routes_that_change_state_need_the_token() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token_file = dir.path().join("admin-token");
+    std::fs::write(&token_file, "first-token\n").expect("token file");
+    let server = format!("admin_token_file = {token_file:?}");
+    let node = Process::start_with(&dir.path().join("data"), &server, &[]);
+    let client = node.client();
+    let admin = ursula_testkit::Client::new(node.admin_addr);
+    assert_eq!(
+        client.put("/keep/s", &[TEXT], "data").await.status,
+        StatusCode::CREATED
+    );
+
+    let bearer = |token: &str| format!("Bearer {token}");
+    let routes = [
+        (Method::POST, "/admin/drain"),
+        (Method::DELETE, "/admin/drain"),
+        (Method::POST, "/admin/buckets/keep/purge"),
+        (Method::GET, "/admin/replica/keep/s"),
+    ];
+    for (method, path) in &routes {
+        for authorization in [None, Some(bearer("wrong")), Some("first-token".to_owned())] {
+            let headers: Vec<(&str, &str)> = authorization
+                .iter()
+                .map(|a| ("authorization", a.as_str()))
+                .collect();
+            let refused = admin.send(method.clone(), path, &headers, "").await;
+            assert_eq!(refused.status, StatusCode::UNAUTHORIZED, "{method} {path}");
+            assert_eq!(refused.error(), "Unauthenticated");
+            assert_eq!(refused.header("www-authenticate"), Some("Bearer"));
+        }
+    }
+    // Nothing happened: the bucket and its stream are there, and writes are taken.
+    assert_eq!(client.get("/keep/s?offset=-1").await.text(), "data");
+    assert_eq!(
+        client.post("/keep/s", &[TEXT], "+").await.status,
+        StatusCode::NO_CONTENT
+    );
+    // Probes and metrics stay open.
+    for path in ["/healthz", "/readyz", "/metrics"] {
+        assert_eq!(admin.get(path).await.status, StatusCode::OK, "{path}");
+    }
+    // The token lets in; a rotated one replaces it.
+    let first = bearer("first-token");
+    let replica = admin
+        .send(
+            Method::GET,
+            "/admin/replica/keep/s",
+            &[("authorization", &first)],
+            "",
+        )
+        .await;
+    assert_eq!(replica.status, StatusCode::OK, "{}", replica.text());
+    std::fs::write(&token_file, "second-token").expect("rotate");
+    let stale = admin
+        .send(
+            Method::GET,
+            "/admin/replica/keep/s",
+            &[("authorization", &first)],
+            "",
+        )
+        .await;
+    assert_eq!(stale.status, StatusCode::UNAUTHORIZED);
+    let second = bearer("second-token");
+    let purged = admin
+        .send(
+            Method::POST,
+            "/admin/buckets/keep/purge",
+            &[("authorization", &second)],
+            "",
+        )
+        .await;
+    assert_eq!(purged.status, StatusCode::OK, "{}", purged.text());
+    assert_eq!(
+        client.get("/keep/s?offset=-1").await.status,
+        StatusCode::NOT_FOUND
+    );
+}
+
+#[tokio::test]
+async fn metrics_can_need_the_token_too() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token_file = dir.path().join("admin-token");
+    std::fs::write(&token_file, "t0ken").expect("token file");
+    let node = start_in_process(|config| {
+        config.server.admin_token_file = Some(token_file.clone());
+        config.server.metrics_require_token = true;
+    })
+    .await;
+    let refused = node.admin.get("/metrics").await;
+    assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(refused.error(), "Unauthenticated");
+    let metrics = node
+        .admin
+        .send(
+            Method::GET,
+            "/metrics",
+            &[("authorization", "Bearer t0ken")],
+            "",
+        )
+        .await;
+    assert_eq!(metrics.status, StatusCode::OK);
+    assert_eq!(node.admin.get("/readyz").await.status, StatusCode::OK);
+}

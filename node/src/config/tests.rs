@@ -93,3 +93,22 @@ fn sizes_take_units_and_a_bad_one_names_its_key() {
     assert!(error.contains("min_available_size"), "{error}");
     assert!(error.contains("KiB, MiB, GiB or TiB"), "{error}");
 }
+
+#[test]
+fn the_admin_token_file_is_checked_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token");
+    let config = |extra: &str| {
+        let config = Config::from_toml(&format!("[server]\n{extra}\n")).unwrap();
+        config.validate().map_err(|e| e.to_string())
+    };
+    let error = config("metrics_require_token = true").unwrap_err();
+    assert!(error.contains("server.metrics_require_token"), "{error}");
+    let error = config(&format!("admin_token_file = {file:?}")).unwrap_err();
+    assert!(error.contains("server.admin_token_file"), "{error}");
+    std::fs::write(&file, "t").unwrap();
+    config(&format!(
+        "admin_token_file = {file:?}\nmetrics_require_token = true"
+    ))
+    .unwrap();
+}
