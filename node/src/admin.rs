@@ -135,13 +135,14 @@ fn authorize(admin: &Admin, headers: &http::HeaderMap) -> Result<(), ApiError> {
     let authorization = headers
         .get(http::header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok());
-    let message = match token.check(authorization) {
+    let message: &str = match token.check(authorization) {
         Ok(()) => return Ok(()),
-        Err(Denied::Missing) => "this admin route needs Authorization: Bearer <admin token>".into(),
-        Err(Denied::Wrong) => "the bearer token is not this node's admin token".into(),
+        Err(Denied::Missing) => "this admin route needs Authorization: Bearer <admin token>",
+        Err(Denied::Wrong) => "the bearer token is not this node's admin token",
+        // The reason names a path on the node: it goes to the log, not to the caller.
         Err(Denied::Unreadable(why)) => {
             tracing::error!(%why, "the admin token file cannot be read; admin routes refuse every request");
-            format!("the node cannot read its admin token: {why}")
+            "the node cannot read its admin token; its log says why"
         }
     };
     Err(ApiError::new(ErrorToken::Unauthenticated, message)
