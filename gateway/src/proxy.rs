@@ -130,10 +130,10 @@ impl Gateway {
             return collapse.serve(self, &prepared, key).await;
         }
         if prepared.is_live_read() {
-            return self.send_under_rule(&prepared).await;
+            return self.send(&prepared).await;
         }
         let limit = self.config.request_timeout;
-        tokio::time::timeout(limit, self.send_under_rule(&prepared))
+        tokio::time::timeout(limit, self.send(&prepared))
             .await
             .unwrap_or_else(|_| {
                 Err(Refusal::new(
@@ -219,7 +219,7 @@ impl Gateway {
     }
 
     /// Sends a prepared request under the redirect rule and relays the final answer.
-    async fn send_under_rule(&self, prepared: &Prepared) -> Result<Response<Body>, Refusal> {
+    pub(crate) async fn send(&self, prepared: &Prepared) -> Result<Response<Body>, Refusal> {
         let Prepared {
             parts,
             path,
@@ -421,8 +421,9 @@ impl Gateway {
 }
 
 impl Upstream for Gateway {
+    /// The inherent `Gateway::send` (an inherent method is found before a trait's).
     async fn send(&self, prepared: &Prepared) -> Result<Response<Body>, Refusal> {
-        self.send_under_rule(prepared).await
+        Gateway::send(self, prepared).await
     }
 
     fn metrics(&self) -> &Metrics {

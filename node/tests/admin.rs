@@ -214,35 +214,18 @@ async fn admin_routes_that_change_state_need_the_token() {
         assert_eq!(admin.get(path).await.status, StatusCode::OK, "{path}");
     }
     // The token lets in; a rotated one replaces it.
-    let first = bearer("first-token");
-    let replica = admin
-        .send(
-            Method::GET,
-            "/admin/replica/keep/s",
-            &[("authorization", &first)],
-            "",
-        )
-        .await;
+    let with_token = async |method: Method, path: &str, token: &str| {
+        let authorization = bearer(token);
+        admin
+            .send(method, path, &[("authorization", &authorization)], "")
+            .await
+    };
+    let replica = with_token(Method::GET, "/admin/replica/keep/s", "first-token").await;
     assert_eq!(replica.status, StatusCode::OK, "{}", replica.text());
     std::fs::write(&token_file, "second-token").expect("rotate");
-    let stale = admin
-        .send(
-            Method::GET,
-            "/admin/replica/keep/s",
-            &[("authorization", &first)],
-            "",
-        )
-        .await;
+    let stale = with_token(Method::GET, "/admin/replica/keep/s", "first-token").await;
     assert_eq!(stale.status, StatusCode::UNAUTHORIZED);
-    let second = bearer("second-token");
-    let purged = admin
-        .send(
-            Method::POST,
-            "/admin/buckets/keep/purge",
-            &[("authorization", &second)],
-            "",
-        )
-        .await;
+    let purged = with_token(Method::POST, "/admin/buckets/keep/purge", "second-token").await;
     assert_eq!(purged.status, StatusCode::OK, "{}", purged.text());
     assert_eq!(
         client.get("/keep/s?offset=-1").await.status,

@@ -605,3 +605,57 @@ async fn compat_family_and_bucket_family_name_the_same_stream() {
         .await;
     assert_refused(&reserved, StatusCode::NOT_FOUND, "NotFound");
 }
+
+#[tokio::test]
+async fn browsers_get_cors_and_every_answer_gets_the_security_headers() {
+    let node = node().await;
+    with_stream(&node).await;
+    // A preflight is answered on any path, a bad one too, before routing.
+    for path in ["/demo/s", "/Bad/path", "/v1/stream/x"] {
+        let preflight = node
+            .client
+            .send(
+                Method::OPTIONS,
+                path,
+                &[("origin", "https://app.example")],
+                "",
+            )
+            .await;
+        assert_eq!(preflight.status, StatusCode::NO_CONTENT, "{path}");
+        assert_eq!(preflight.header("access-control-allow-origin"), Some("*"));
+        let methods = preflight
+            .header("access-control-allow-methods")
+            .unwrap_or("");
+        assert!(
+            methods.contains("POST") && methods.contains("DELETE"),
+            "{methods}"
+        );
+        let allowed = preflight
+            .header("access-control-allow-headers")
+            .unwrap_or("");
+        assert!(allowed.contains("producer-id"), "{allowed}");
+    }
+    // From a browser: CORS headers that expose the protocol's headers.
+    let read = node
+        .client
+        .send(
+            Method::GET,
+            "/demo/s?offset=-1",
+            &[("origin", "https://app.example")],
+            "",
+        )
+        .await;
+    assert_eq!(read.header("access-control-allow-origin"), Some("*"));
+    let exposed = read.header("access-control-expose-headers").unwrap_or("");
+    assert!(exposed.contains("stream-next-offset") && exposed.contains("x-ursula-not-applied"));
+    // Not from a browser: none; the security headers on every answer, refusals too.
+    let plain = node.client.get("/demo/s?offset=-1").await;
+    assert_eq!(plain.header("access-control-allow-origin"), None);
+    for reply in [plain, node.client.get("/demo/nope").await] {
+        assert_eq!(reply.header("x-content-type-options"), Some("nosniff"));
+        assert_eq!(
+            reply.header("cross-origin-resource-policy"),
+            Some("cross-origin")
+        );
+    }
+}

@@ -126,7 +126,7 @@ impl<R: Resource> FromRequest<Arc<App>> for Admitted<R> {
         let refused = |error: ApiError| error.during(Some(write));
         let declared = declared.map_err(refused)?;
         // A group this node does not host: sent to a node that does.
-        let engine = app.engine(target.bucket()).map_err(refused)?.clone();
+        let engine = app.engine(target.bucket()).map_err(refused)?;
         let limit = match write {
             Write::PublishSnapshot => app.config.server.max_snapshot_size,
             _ => app.config.server.max_append_size,
