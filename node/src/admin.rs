@@ -37,8 +37,8 @@ pub struct Admin {
     pub ready: AtomicBool,
     /// How long a drain waits for the groups' leadership to move.
     pub drain_wait: std::time::Duration,
-    /// For purges forwarded to the leader's cluster listener.
-    pub peers: crate::cluster::network::HttpClient,
+    /// For purges forwarded to the leader's cluster listener (on a voter).
+    pub peers: Option<crate::cluster::transport::Transport>,
 }
 
 /// The admin listener's routes.
@@ -249,7 +249,7 @@ async fn purge_anywhere(admin: &Admin, bucket: &str) -> Result<u64, ApiError> {
             None => return Err(crate::http::not_hosted(not_hosted)),
         },
     };
-    let Some(cluster) = &admin.groups.cluster else {
+    let (Some(cluster), Some(transport)) = (&admin.groups.cluster, &admin.peers) else {
         return Err(ApiError::new(
             ErrorToken::Internal,
             "no cluster to forward to",
@@ -259,14 +259,20 @@ async fn purge_anywhere(admin: &Admin, bucket: &str) -> Result<u64, ApiError> {
         return Err(ApiError::not_leader(None));
     };
     let group = ursula_wire::placement::group_of(bucket, admin.groups.group_count());
-    crate::cluster::network::forward_purge(&admin.peers, &peer.cluster_url, group, bucket)
-        .await
-        .map_err(|reason| {
-            ApiError::new(
-                ErrorToken::Unavailable,
-                format!("node {target} could not purge the bucket: {reason}"),
-            )
-        })
+    crate::cluster::network::forward_purge(
+        &transport.http,
+        transport.this_node,
+        &peer.cluster_url,
+        group,
+        bucket,
+    )
+    .await
+    .map_err(|reason| {
+        ApiError::new(
+            ErrorToken::Unavailable,
+            format!("node {target} could not purge the bucket: {reason}"),
+        )
+    })
 }
 
 /// Deletes every stream of the bucket and fences the bucket ID for good. Purging a bucket that

@@ -76,6 +76,41 @@ pub struct ServerConfig {
     pub admin_token_file: Option<PathBuf>,
     /// `/metrics` asks for the admin token too.
     pub metrics_require_token: bool,
+    /// Mutual TLS between voters on the cluster listener. Peers' `cluster_url`s are then
+    /// `https://`.
+    pub cluster_tls: Option<ClusterTlsConfig>,
+}
+
+/// A voter's certificate and key, and the cluster's CA: PEM files, watched for rotation.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterTlsConfig {
+    /// The CA that every voter's certificate chains to.
+    pub ca_file: PathBuf,
+    /// This voter's certificate (chain), which names its node ID as the DNS name
+    /// `node-{node_id}.ursula.internal`.
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    /// How often the files are read again; changed files take effect without a restart.
+    #[serde(
+        deserialize_with = "duration",
+        default = "ClusterTlsConfig::default_reload"
+    )]
+    pub reload_interval: Duration,
+}
+
+impl ClusterTlsConfig {
+    fn default_reload() -> Duration {
+        Duration::from_secs(10)
+    }
+
+    pub fn files(&self) -> crate::tls::TlsFiles {
+        crate::tls::TlsFiles {
+            ca_file: Some(self.ca_file.clone()),
+            cert_file: self.cert_file.clone(),
+            key_file: self.key_file.clone(),
+        }
+    }
 }
 
 /// The node's log. A single node's log is its write-ahead log; the keys keep the names they
@@ -304,6 +339,7 @@ impl Default for ServerConfig {
             shutdown_grace: Duration::from_secs(10),
             request_timeout: Duration::from_secs(5),
             admin_token_file: None,
+            cluster_tls: None,
             metrics_require_token: false,
         }
     }
@@ -395,13 +431,24 @@ impl Config {
             if !ids.insert(peer.id) {
                 return Err(invalid(format!("node ID {} is listed twice", peer.id)));
             }
-            for url in [&peer.cluster_url, &peer.client_url] {
-                if !url.starts_with("http://") {
-                    return Err(invalid(format!(
-                        "{url:?} of node {} is not an http:// URL",
-                        peer.id
-                    )));
-                }
+            let (scheme, why) = match self.server.cluster_tls {
+                Some(_) => ("https://", "server.cluster_tls is set"),
+                None => ("http://", "server.cluster_tls is not set"),
+            };
+            if !peer.cluster_url.starts_with(scheme) {
+                return Err(invalid(format!(
+                    "cluster_url {:?} of node {} is not an {scheme} URL ({why})",
+                    peer.cluster_url, peer.id
+                )));
+            }
+            if !["http://", "https://"]
+                .iter()
+                .any(|scheme| peer.client_url.starts_with(scheme))
+            {
+                return Err(invalid(format!(
+                    "client_url {:?} of node {} is not an http:// or https:// URL",
+                    peer.client_url, peer.id
+                )));
             }
         }
         if self.is_replicated() && !ids.contains(&self.node_id) {

@@ -16,6 +16,7 @@ pub mod names;
 pub mod offset;
 mod shutdown;
 pub mod storage;
+pub mod tls;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -101,7 +102,7 @@ pub async fn start(config: Config) -> Result<Node, StartError> {
         None => None,
     };
     let (stopping, stop_signal) = tokio::sync::watch::channel(false);
-    let (groups, log_bytes, cluster_addr) = match ClusterView::from_config(&config) {
+    let (groups, log_bytes, cluster_addr, transport) = match ClusterView::from_config(&config) {
         None => {
             let settings = EngineSettings {
                 limits: config.limits(),
@@ -122,13 +123,25 @@ pub async fn start(config: Config) -> Result<Node, StartError> {
                 Err(error) => return Err(error.into()),
             }
             let log_bytes = engine.log_bytes.clone();
-            (Groups::single(engine), log_bytes, None)
+            (Groups::single(engine), log_bytes, None, None)
         }
         Some(view) => {
             // Bound first, so that peers reach this node as soon as its groups start.
             let listener = bind(config.server.cluster_listen).await?;
             let cluster_addr = local(&listener, config.server.cluster_listen)?;
-            let replicas = cluster::bootstrap::start_groups(&config, &view)
+            let transport =
+                cluster::transport::Transport::open(&view, config.server.cluster_tls.as_ref())
+                    .map_err(|message| config::ConfigError::Invalid {
+                        key: "server.cluster_tls",
+                        message,
+                    })?;
+            if let (Some(tls), Some(files)) = (&transport.tls, &config.server.cluster_tls) {
+                tokio::spawn(
+                    tls.files()
+                        .watch(files.reload_interval, stop_signal.clone()),
+                );
+            }
+            let replicas = cluster::bootstrap::start_groups(&config, &view, &transport)
                 .await
                 .map_err(StartError::Cluster)?;
             let (engines, log) = (replicas.engines, replicas.log);
@@ -143,10 +156,16 @@ pub async fn start(config: Config) -> Result<Node, StartError> {
                 listener,
                 rafts,
                 metrics,
+                transport.tls.clone(),
                 stop_signal.clone(),
             ));
             let groups = Groups::replicated(engines, view);
-            (groups, log.unpurged_bytes.clone(), Some(cluster_addr))
+            (
+                groups,
+                log.unpurged_bytes.clone(),
+                Some(cluster_addr),
+                Some(transport),
+            )
         }
     };
     let groups = Arc::new(groups);
@@ -185,7 +204,7 @@ pub async fn start(config: Config) -> Result<Node, StartError> {
         groups: groups.clone(),
         ready: Default::default(),
         drain_wait: config.raft.election_timeout * 4,
-        peers: cluster::network::http2_client(),
+        peers: transport,
     });
     tokio::spawn(admin::serve(admin, admin_state.clone()));
     let admission = admission::Admission::new(&config, log_bytes);

@@ -6,6 +6,9 @@
 pub mod admin;
 pub mod cursor;
 pub mod headers;
+pub mod identity;
+#[cfg(feature = "issue")]
+pub mod issue;
 pub mod link;
 pub mod placement;
 pub mod size;

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{Method, StatusCode};
 
+use crate::certs::{Authority, ClusterFiles};
 use crate::netns::{Link, Network};
 use crate::ports::free_ports;
 use crate::{Client, Reply};
@@ -23,6 +24,8 @@ pub struct Voter {
     netns: Option<String>,
     pub client_port: u16,
     pub admin_port: u16,
+    /// Where its cluster listener is.
+    pub cluster_addr: std::net::SocketAddr,
     config: PathBuf,
     pub log: PathBuf,
     child: parking_lot::Mutex<Option<Child>>,
@@ -51,6 +54,11 @@ impl Voter {
 
 pub struct TestCluster {
     pub dir: tempfile::TempDir,
+    /// The voters' mutual TLS on the cluster listener, as production runs it: a CA, and a
+    /// certificate for each voter that names its node ID.
+    pub certs: ClusterFiles,
+    /// The CA that signed them, to issue more (a rotation, an impostor).
+    pub authority: Authority,
     pub voters: Vec<Voter>,
     pub group_count: usize,
     /// Dropped after the voters are killed (fields drop after `Drop::drop`).
@@ -62,6 +70,17 @@ pub struct TestCluster {
 /// cluster fault tests this way too.
 pub fn slow_machine() -> bool {
     std::env::var_os("URSULA_TEST_SLOW").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+/// The `[server]` key of a voter's TLS files; they are read again every 250 ms, so that the
+/// tests of rotations do not wait long.
+fn tls_key(certs: &ClusterFiles, id: u64) -> String {
+    format!(
+        "cluster_tls = {{ ca_file = {:?}, cert_file = {:?}, key_file = {:?}, reload_interval = \"250ms\" }}\n",
+        certs.ca_file(),
+        certs.cert_file(id),
+        certs.key_file(id)
+    )
 }
 
 /// The last lines of a voter's log, for a failure message.
@@ -114,10 +133,12 @@ impl TestCluster {
         } else {
             "heartbeat_interval = \"50ms\"\nelection_timeout = \"300ms\"\n"
         };
+        let ids: Vec<u64> = (1..=n as u64).collect();
+        let (certs, authority) = crate::certs::write_cluster(&dir.path().join("tls"), &ids);
         let mut peers = String::new();
         for (id, (client_ip, cluster_ip, ports)) in addresses.iter().enumerate() {
             peers.push_str(&format!(
-                "[[raft.peers]]\nid = {}\ncluster_url = \"http://{cluster_ip}:{}\"\nclient_url = \"http://{client_ip}:{}\"\n",
+                "[[raft.peers]]\nid = {}\ncluster_url = \"https://{cluster_ip}:{}\"\nclient_url = \"http://{client_ip}:{}\"\n",
                 id + 1,
                 ports[2],
                 ports[0],
@@ -129,12 +150,13 @@ impl TestCluster {
             std::fs::create_dir_all(&data).expect("data dir");
             let config = dir.path().join(format!("node-{}.toml", id + 1));
             let text = format!(
-                "node_id = {}\ndata_dir = {:?}\n[server]\nlisten = \"{client_ip}:{}\"\nadmin_listen = \"{client_ip}:{}\"\ncluster_listen = \"{cluster_ip}:{}\"\nlong_poll_timeout = \"300ms\"\n{server_extra}\n[raft]\ngroup_count = {group_count}\n{timeouts}{raft_extra}\n[raft.wal]\nmin_available_size = 1048576\nresume_available_size = 2097152\n{peers}",
+                "node_id = {}\ndata_dir = {:?}\n[server]\nlisten = \"{client_ip}:{}\"\nadmin_listen = \"{client_ip}:{}\"\ncluster_listen = \"{cluster_ip}:{}\"\nlong_poll_timeout = \"300ms\"\n{}{server_extra}\n[raft]\ngroup_count = {group_count}\n{timeouts}{raft_extra}\n[raft.wal]\nmin_available_size = 1048576\nresume_available_size = 2097152\n{peers}",
                 id + 1,
                 data,
                 ports[0],
                 ports[1],
                 ports[2],
+                tls_key(&certs, id as u64 + 1),
             );
             std::fs::write(&config, text).expect("config");
             voters.push(Voter {
@@ -143,6 +165,7 @@ impl TestCluster {
                 netns: network.as_ref().map(|network| network.namespace(id)),
                 client_port: ports[0],
                 admin_port: ports[1],
+                cluster_addr: (cluster_ip, ports[2]).into(),
                 log: dir.path().join(format!("node-{}.log", id + 1)),
                 config,
                 child: parking_lot::Mutex::new(None),
@@ -150,6 +173,8 @@ impl TestCluster {
         }
         let cluster = Self {
             dir,
+            certs,
+            authority,
             voters,
             group_count,
             network,

@@ -4,6 +4,7 @@
 //! status, headers and body.
 
 pub mod binaries;
+pub mod certs;
 pub mod cluster;
 mod http;
 pub mod netns;

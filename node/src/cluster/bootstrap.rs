@@ -4,8 +4,9 @@ use std::sync::Arc;
 
 use super::group::RaftGroup;
 use super::log_store::{LogDb, LogStore};
-use super::network::{GroupNetwork, http2_client};
+use super::network::GroupNetwork;
 use super::state_machine::GroupStateMachine;
+use super::transport::Transport;
 use super::types::Raft;
 use super::{ClusterView, cluster_urls, membership};
 use crate::config::Config;
@@ -47,7 +48,11 @@ pub struct Replicas {
 
 /// Opens and starts every group this node hosts. A group whose log is empty joins its static
 /// membership; every voter of it does the same, so they all hold the same first entry.
-pub async fn start_groups(config: &Config, view: &Arc<ClusterView>) -> Result<Replicas, String> {
+pub async fn start_groups(
+    config: &Config,
+    view: &Arc<ClusterView>,
+    transport: &Transport,
+) -> Result<Replicas, String> {
     let metrics = Arc::new(Metrics::default());
     let log = LogDb::open(
         &config.data_dir.join("raft"),
@@ -56,9 +61,9 @@ pub async fn start_groups(config: &Config, view: &Arc<ClusterView>) -> Result<Re
         metrics.clone(),
     )?;
     let settings = raft_config(config)?;
-    let client = http2_client();
+    let client = transport.http.clone();
     let urls = Arc::new(cluster_urls(view));
-    let links = super::network::peer_links(&urls, view.node_id);
+    let links = super::network::peer_links(&urls, view.node_id, transport.tls.as_ref());
     let health = Arc::new(super::link_health::LinkHealth::default());
     let mut replicas = Replicas {
         engines: Vec::with_capacity(config.raft.group_count),
@@ -75,6 +80,7 @@ pub async fn start_groups(config: &Config, view: &Arc<ClusterView>) -> Result<Re
         let group = group as u32;
         let network = GroupNetwork {
             group,
+            this_node: view.node_id,
             client: client.clone(),
             urls: urls.clone(),
             links: links.clone(),

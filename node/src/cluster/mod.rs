@@ -12,7 +12,8 @@
 //! - `network` / `service`: Raft RPCs on the cluster listener (`link_health` keeps their
 //!   failures to a line per peer per interval in the log). `peer_link` coalesces the
 //!   groups' concurrent appends and votes to a peer into one exchange on one connection,
-//!   framed by `frame`; snapshots and forwarded purges are HTTP/2 requests.
+//!   framed by `frame`; snapshots and forwarded purges are HTTP/2 requests. `transport`
+//!   is how voters connect and prove their node IDs (mutual TLS).
 
 pub mod batcher;
 pub mod bootstrap;
@@ -27,6 +28,7 @@ pub mod network;
 pub mod peer_link;
 pub mod service;
 pub mod state_machine;
+pub mod transport;
 pub mod types;
 
 use std::collections::{BTreeMap, HashMap};

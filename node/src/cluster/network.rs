@@ -1,6 +1,7 @@
 //! Raft RPCs to peers, on each peer's cluster listener. Appends and votes of every group go
 //! through the peer's link (`peer_link`: one connection, coalesced, framed); snapshots, large
-//! appends and forwarded purges are HTTP/2 requests without TLS (prior knowledge). Either way a call's
+//! appends and forwarded purges are HTTP/2 requests (`transport`: TLS with
+//! `server.cluster_tls`, prior knowledge without). Either way a call's
 //! body is the postcard-encoded request, and its answer the postcard-encoded `Result` of the
 //! peer's Raft call.
 
@@ -10,9 +11,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use openraft::BasicNode;
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
@@ -28,33 +26,20 @@ use serde::de::DeserializeOwned;
 use super::call_error::PostError;
 use super::link_health::LinkHealth;
 use super::peer_link::{CallKind, PeerLink};
+use super::transport::{ClusterTls, FROM_HEADER, HttpClient};
 use super::types::{NodeId, TypeConfig};
 
-/// How long a connection attempt to a peer may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Calls larger than this go as HTTP/2 requests of their own, not through the peer link: a
 /// link has one exchange in flight, so a large entry there would hold up every group's
 /// heartbeats to that peer for as long as its transfer and fsync take.
 const MAX_LINKED_CALL_BYTES: usize = 1024 * 1024;
-
-pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
-
-pub fn http2_client() -> HttpClient {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
-    Client::builder(TokioExecutor::new())
-        .http2_only(true)
-        .timer(TokioTimer::new())
-        .http2_keep_alive_interval(Some(Duration::from_secs(5)))
-        .build(connector)
-}
 
 /// Makes connections for one group; all groups share the HTTP/2 client and its connections,
 /// and the links that coalesce their appends and votes to each peer.
 #[derive(Clone)]
 pub struct GroupNetwork {
     pub group: u32,
+    pub this_node: NodeId,
     pub client: HttpClient,
     pub urls: Arc<HashMap<NodeId, String>>,
     pub links: Arc<HashMap<NodeId, Arc<PeerLink>>>,
@@ -65,11 +50,12 @@ pub struct GroupNetwork {
 pub fn peer_links(
     urls: &HashMap<NodeId, String>,
     this_node: NodeId,
+    tls: Option<&Arc<ClusterTls>>,
 ) -> Arc<HashMap<NodeId, Arc<PeerLink>>> {
     Arc::new(
         urls.iter()
             .filter(|(id, _)| **id != this_node)
-            .map(|(id, url)| (*id, PeerLink::start(url)))
+            .map(|(id, url)| (*id, PeerLink::start(url, *id, tls.cloned())))
             .collect(),
     )
 }
@@ -85,6 +71,7 @@ impl RaftNetworkFactory<TypeConfig> for GroupNetwork {
             .unwrap_or_else(|| node.addr.trim_end_matches('/').to_owned());
         PeerConnection {
             target,
+            this_node: self.this_node,
             group: self.group,
             base: format!("{base}/raft/{}", self.group),
             client: self.client.clone(),
@@ -96,6 +83,7 @@ impl RaftNetworkFactory<TypeConfig> for GroupNetwork {
 
 pub struct PeerConnection {
     target: NodeId,
+    this_node: NodeId,
     group: u32,
     base: String,
     client: HttpClient,
@@ -124,7 +112,7 @@ impl PeerConnection {
             }
             _ => {
                 let url = format!("{}/{}", self.base, kind.route());
-                post(&self.client, &url, body, timeout).await
+                post(&self.client, &url, self.this_node, body, timeout).await
             }
         };
         match &sent {
@@ -155,15 +143,18 @@ impl PeerConnection {
     }
 }
 
-/// POSTs `body` to a peer's cluster listener and answers the body of a 2xx, within `timeout`.
+/// POSTs `body` from node `from` to a peer's cluster listener and answers the body of a 2xx,
+/// within `timeout`.
 pub(super) async fn post(
     client: &HttpClient,
     url: &str,
+    from: NodeId,
     body: impl Into<Bytes>,
     timeout: Duration,
 ) -> Result<Bytes, PostError> {
     let request = http::Request::post(url)
         .header(http::header::CONTENT_TYPE, "application/octet-stream")
+        .header(FROM_HEADER, from)
         .body(Full::new(body.into()))
         .map_err(|e| PostError::Other(e.to_string()))?;
     let exchange = async {
@@ -227,9 +218,11 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
     }
 }
 
-/// Asks the node at `cluster_url` to propose the purge of `bucket` in `group` (it leads it).
+/// Asks the node at `cluster_url` to propose the purge of `bucket` in `group` (it leads it),
+/// on behalf of node `from`.
 pub async fn forward_purge(
     client: &HttpClient,
+    from: NodeId,
     cluster_url: &str,
     group: usize,
     bucket: &str,
@@ -239,7 +232,15 @@ pub async fn forward_purge(
         cluster_url.trim_end_matches('/'),
         CallKind::Purge.route()
     );
-    match post(client, &url, bucket.to_owned(), Duration::from_secs(30)).await {
+    match post(
+        client,
+        &url,
+        from,
+        bucket.to_owned(),
+        Duration::from_secs(30),
+    )
+    .await
+    {
         Ok(body) => {
             postcard::from_bytes::<Result<u64, String>>(&body).map_err(|e| e.to_string())?
         }

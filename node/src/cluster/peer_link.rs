@@ -17,6 +17,8 @@ use tokio::sync::{Mutex, oneshot};
 use super::call_error::PostError;
 use super::coalesce::{Coalescer, Item};
 use super::frame;
+use super::transport::{CONNECT_TIMEOUT, ClusterTls, Wire, authority_of};
+use super::types::NodeId;
 
 /// Exchanges with one peer in flight at once. One measured 15% less CPU per append than two
 /// (3 voters, 16 groups, 32 writers): calls wait a little longer and go in bigger batches.
@@ -26,8 +28,6 @@ const MAX_CALLS: usize = 256;
 const MAX_BYTES: u64 = 8 * 1024 * 1024;
 /// Largest answer accepted: a batch's answers are small (entries travel the other way).
 const MAX_ANSWER_BYTES: usize = 64 * 1024 * 1024;
-/// How long a connection attempt to a peer may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The calls the cluster listener answers, at `/raft/{group}/{route}` one by one, or in a
 /// peer link's batch. Links carry appends and votes; snapshots are large and slow and go
@@ -95,10 +95,13 @@ pub struct PeerLink {
 }
 
 impl PeerLink {
-    /// Starts the link to the peer whose cluster listener is `base_url` (`http://host:port`).
-    pub fn start(base_url: &str) -> Arc<Self> {
-        let wire = Arc::new(Wire {
+    /// Starts the link to node `target`, whose cluster listener is `base_url`
+    /// (`http://host:port`, or `https://` with `tls`).
+    pub fn start(base_url: &str, target: NodeId, tls: Option<Arc<ClusterTls>>) -> Arc<Self> {
+        let wire = Arc::new(Route {
             authority: authority_of(base_url),
+            target,
+            tls,
             connection: Mutex::new(None),
         });
         let queue = Coalescer::start(IN_FLIGHT, MAX_CALLS, MAX_BYTES, None, move |batch| {
@@ -129,16 +132,8 @@ impl PeerLink {
     }
 }
 
-/// `host:port` of a cluster URL; a URL without a scheme is taken as `host:port` already.
-fn authority_of(base_url: &str) -> String {
-    let rest = base_url
-        .split_once("://")
-        .map_or(base_url, |(_, rest)| rest);
-    rest.split('/').next().unwrap_or(rest).to_owned()
-}
-
 /// One exchange: the batch as one frame, each answer to its caller.
-async fn exchange(wire: Arc<Wire>, batch: Vec<Pending>) {
+async fn exchange(wire: Arc<Route>, batch: Vec<Pending>) {
     // The exchange may take as long as its most patient caller waits.
     let timeout = batch
         .iter()
@@ -172,18 +167,23 @@ async fn exchange(wire: Arc<Wire>, batch: Vec<Pending>) {
     }
 }
 
-/// The link's connection to its peer, opened on first use and after any failure.
-struct Wire {
+/// Where the link goes, and its connection there: opened on first use, after any failure,
+/// and after the TLS files rotate (so that the peer sees the new certificate).
+struct Route {
     authority: String,
+    target: NodeId,
+    tls: Option<Arc<ClusterTls>>,
     connection: Mutex<Option<Connection>>,
 }
 
 struct Connection {
-    stream: BufReader<TcpStream>,
+    stream: BufReader<Box<dyn Wire>>,
     last_exchange: u64,
+    /// The TLS files' generation it was opened under.
+    generation: u64,
 }
 
-impl Wire {
+impl Route {
     async fn exchange(
         &self,
         calls: &[BatchCall],
@@ -212,9 +212,13 @@ impl Wire {
         slot: &mut Option<Connection>,
         frame: Vec<u8>,
     ) -> Result<Vec<BatchAnswer>, PostError> {
+        let generation = self.tls.as_ref().map_or(0, |tls| tls.generation());
+        if slot.as_ref().is_some_and(|c| c.generation != generation) {
+            *slot = None;
+        }
         let connection = match slot {
             Some(connection) => connection,
-            None => slot.insert(Connection::open(&self.authority).await?),
+            None => slot.insert(self.open(generation).await?),
         };
         connection.last_exchange += 1;
         let exchange = connection.last_exchange;
@@ -240,21 +244,28 @@ impl Wire {
             Err(error) => Err(other(error)),
         }
     }
-}
 
-impl Connection {
     /// Connects and announces a link. Failing here, nothing of any call was sent.
-    async fn open(authority: &str) -> Result<Self, PostError> {
+    async fn open(&self, generation: u64) -> Result<Connection, PostError> {
+        let authority = &self.authority;
         let connect = |e: std::io::Error| PostError::Connect(format!("link to {authority}: {e}"));
-        let mut stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(authority))
+        let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(authority))
             .await
             .map_err(|_| PostError::Connect(format!("link to {authority}: connection timed out")))?
             .map_err(connect)?;
         stream.set_nodelay(true).map_err(connect)?;
+        let mut stream: Box<dyn Wire> = match &self.tls {
+            Some(tls) => tls
+                .connect_link(stream, self.target)
+                .await
+                .map_err(connect)?,
+            None => Box::new(stream),
+        };
         stream.write_all(frame::MAGIC).await.map_err(connect)?;
-        Ok(Self {
+        Ok(Connection {
             stream: BufReader::with_capacity(64 * 1024, stream),
             last_exchange: 0,
+            generation,
         })
     }
 }

@@ -1,7 +1,12 @@
-//! The cluster listener: Raft RPCs from peers, and nothing else. A connection that opens with
-//! `frame::MAGIC` is a peer link, whose frames are batches of calls (`peer_link`); any other
-//! speaks HTTP, one call per request at `/raft/{group}/{kind}` (snapshots, forwarded purges).
-//! Clients never reach it; it listens on its own address (`server.cluster_listen`).
+//! The cluster listener: Raft RPCs from peers, and nothing else. A peer link's frames are
+//! batches of calls (`peer_link`); any other connection speaks HTTP, one call per request at
+//! `/raft/{group}/{kind}` (snapshots, forwarded purges). Clients never reach it; it listens on
+//! its own address (`server.cluster_listen`).
+//!
+//! With `server.cluster_tls`, a connection without a certificate from the cluster's CA ends
+//! in the handshake, and a call whose claimed sender (the leader of an append or a snapshot,
+//! the candidate of a vote, the `x-ursula-node` of a purge) is not the node the certificate
+//! names is refused with 403 before Raft sees it.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -24,7 +29,8 @@ use openraft::raft::AppendEntriesRequest;
 
 use super::frame;
 use super::peer_link::{BatchAnswer, BatchCall, CallKind};
-use super::types::{Raft, TypeConfig};
+use super::transport::{ClusterTls, FROM_HEADER, PeerIdentity, Wire};
+use super::types::{NodeId, Raft, TypeConfig};
 use crate::engine::Metrics;
 
 /// Largest RPC body accepted: entries are batched, and snapshots come in chunks.
@@ -34,6 +40,7 @@ pub async fn serve(
     listener: TcpListener,
     rafts: Arc<Vec<Option<Raft>>>,
     metrics: Arc<Metrics>,
+    tls: Option<Arc<ClusterTls>>,
     mut stopping: watch::Receiver<bool>,
 ) {
     loop {
@@ -41,7 +48,7 @@ pub async fn serve(
             accepted = listener.accept() => accepted,
             () = crate::shutdown::until_stopping(&mut stopping) => return,
         };
-        let (stream, _) = match accepted {
+        let (stream, address) = match accepted {
             Ok(accepted) => accepted,
             Err(error) => {
                 tracing::warn!(%error, "cluster accept failed");
@@ -52,15 +59,33 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let rafts = rafts.clone();
         let metrics = metrics.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            if opens_a_link(&stream).await {
-                if let Err(error) = serve_link(stream, &rafts, &metrics).await {
+            let (stream, is_link, identity): (Box<dyn Wire>, _, _) = match &tls {
+                Some(tls) => match tls.accept(stream).await {
+                    Ok((stream, is_link, identity)) => (stream, is_link, Some(identity)),
+                    Err(error) => {
+                        tracing::warn!(%address, %error, "refused a cluster connection");
+                        return;
+                    }
+                },
+                None => {
+                    let is_link = opens_a_link(&stream).await;
+                    (Box::new(stream), is_link, None)
+                }
+            };
+            if is_link {
+                let rotated = tls.as_deref().map(|tls| (tls, tls.generation()));
+                if let Err(error) =
+                    serve_link(stream, &rafts, &metrics, identity.as_deref(), rotated).await
+                {
                     tracing::debug!(%error, "peer link ended");
                 }
                 return;
             }
-            let service =
-                service_fn(move |request| handle(rafts.clone(), metrics.clone(), request));
+            let service = service_fn(move |request| {
+                handle(rafts.clone(), metrics.clone(), identity.clone(), request)
+            });
             let mut builder = auto::Builder::new(TokioExecutor::new());
             builder
                 .http2()
@@ -93,23 +118,36 @@ async fn opens_a_link(stream: &TcpStream) -> bool {
 }
 
 /// A peer link: each frame is a batch of calls, answered in a frame of the same exchange
-/// number before the next is read (the link has one exchange in flight).
+/// number before the next is read (the link has one exchange in flight). A link opened
+/// before the TLS files rotated ends after its exchange, so that the peer connects again and
+/// is checked against what the files hold now.
 async fn serve_link(
-    stream: TcpStream,
+    stream: Box<dyn Wire>,
     rafts: &[Option<Raft>],
     metrics: &Metrics,
+    identity: Option<&PeerIdentity>,
+    rotated: Option<(&ClusterTls, u64)>,
 ) -> std::io::Result<()> {
     let mut stream = BufReader::with_capacity(64 * 1024, stream);
     let mut magic = [0u8; frame::MAGIC.len()];
     stream.read_exact(&mut magic).await?;
+    if &magic != frame::MAGIC {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "a peer link that does not open with the link's magic",
+        ));
+    }
     while let Some((exchange, payload)) = frame::read(&mut stream, MAX_RPC_BYTES).await? {
-        let answers = batch(rafts, metrics, &payload)
+        let answers = batch(rafts, metrics, identity, &payload)
             .await
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
         let answer = postcard::to_extend(&answers, frame::start())
             .map_err(std::io::Error::other)
             .and_then(|frame| frame::finish(frame, exchange))?;
         frame::write(stream.get_mut(), &answer).await?;
+        if rotated.is_some_and(|(tls, opened)| tls.generation() != opened) {
+            return Ok(());
+        }
     }
     Ok(())
 }
@@ -133,6 +171,7 @@ fn encode<T: Serialize>(value: &T) -> (StatusCode, Vec<u8>) {
 async fn handle(
     rafts: Arc<Vec<Option<Raft>>>,
     metrics: Arc<Metrics>,
+    identity: Option<Arc<PeerIdentity>>,
     request: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let path = request.uri().path().to_owned();
@@ -160,6 +199,11 @@ async fn handle(
     if request.method() != Method::POST {
         return Ok(answer(StatusCode::METHOD_NOT_ALLOWED, Vec::new()));
     }
+    let named = request
+        .headers()
+        .get(FROM_HEADER)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<NodeId>().ok());
     let body = match Limited::new(request.into_body(), MAX_RPC_BYTES)
         .collect()
         .await
@@ -172,7 +216,11 @@ async fn handle(
             ));
         }
     };
-    let (status, body) = call(&rafts, &metrics, group, kind, body).await;
+    let sender = Sender {
+        identity: identity.as_deref(),
+        named,
+    };
+    let (status, body) = call(&rafts, &metrics, sender, group, kind, body).await;
     Ok(answer(status, body))
 }
 
@@ -181,13 +229,19 @@ async fn handle(
 async fn batch(
     rafts: &[Option<Raft>],
     metrics: &Metrics,
+    identity: Option<&PeerIdentity>,
     body: &[u8],
 ) -> Result<Vec<BatchAnswer>, String> {
+    let sender = Sender {
+        identity,
+        named: None,
+    };
     let calls: Vec<BatchCall> =
         postcard::from_bytes(body).map_err(|e| format!("a batch of calls: {e}"))?;
     let answers: Vec<BatchAnswer> =
         futures_util::future::join_all(calls.into_iter().map(|c| async move {
-            let (status, body) = call(rafts, metrics, c.group as usize, c.kind, c.body).await;
+            let (status, body) =
+                call(rafts, metrics, sender, c.group as usize, c.kind, c.body).await;
             if status.is_success() {
                 Ok(Bytes::from(body))
             } else {
@@ -198,10 +252,40 @@ async fn batch(
     Ok(answers)
 }
 
+/// Who sent a call: the certificate of the voter at the other end (with cluster TLS), and
+/// the node an HTTP call says it comes from.
+#[derive(Clone, Copy)]
+struct Sender<'a> {
+    identity: Option<&'a PeerIdentity>,
+    named: Option<NodeId>,
+}
+
+impl Sender<'_> {
+    /// Why a call that claims to come from `claimed` is refused: with cluster TLS, the
+    /// certificate must be that node's. `None`: it is taken.
+    fn refusal(&self, claimed: Option<NodeId>) -> Option<(StatusCode, Vec<u8>)> {
+        let identity = self.identity?;
+        let why = match claimed {
+            Some(id) if identity.is(id) => return None,
+            Some(id) => format!(
+                "the call claims to come from node {id}, and the certificate is not node {id}'s"
+            ),
+            None => "the call does not name the node it comes from".to_owned(),
+        };
+        Some((StatusCode::FORBIDDEN, why.into_bytes()))
+    }
+}
+
+/// The node a vote names: an append's or a snapshot's leader, a vote request's candidate.
+fn voter_of(vote: &openraft::Vote<NodeId>) -> Option<NodeId> {
+    vote.leader_id().voted_for()
+}
+
 /// One Raft call to `group`: its status and encoded answer.
 async fn call(
     rafts: &[Option<Raft>],
     metrics: &Metrics,
+    sender: Sender<'_>,
     group: usize,
     kind: CallKind,
     body: Bytes,
@@ -213,6 +297,9 @@ async fn call(
     match kind {
         CallKind::Append => match postcard::from_bytes::<AppendEntriesRequest<TypeConfig>>(&body) {
             Ok(rpc) => {
+                if let Some(refused) = sender.refusal(voter_of(&rpc.vote)) {
+                    return refused;
+                }
                 metrics.append_rpcs.fetch_add(1, Ordering::Relaxed);
                 metrics
                     .append_rpc_entries
@@ -221,17 +308,31 @@ async fn call(
             }
             Err(error) => bad(error),
         },
-        CallKind::Vote => match postcard::from_bytes(&body) {
-            Ok(rpc) => encode(&raft.vote(rpc).await),
-            Err(error) => bad(error),
-        },
-        CallKind::Snapshot => match postcard::from_bytes(&body) {
-            Ok(rpc) => encode(&raft.install_snapshot(rpc).await),
-            Err(error) => bad(error),
-        },
+        CallKind::Vote => {
+            match postcard::from_bytes::<openraft::raft::VoteRequest<NodeId>>(&body) {
+                Ok(rpc) => match sender.refusal(voter_of(&rpc.vote)) {
+                    Some(refused) => refused,
+                    None => encode(&raft.vote(rpc).await),
+                },
+                Err(error) => bad(error),
+            }
+        }
+        CallKind::Snapshot => {
+            match postcard::from_bytes::<openraft::raft::InstallSnapshotRequest<TypeConfig>>(&body)
+            {
+                Ok(rpc) => match sender.refusal(voter_of(&rpc.vote)) {
+                    Some(refused) => refused,
+                    None => encode(&raft.install_snapshot(rpc).await),
+                },
+                Err(error) => bad(error),
+            }
+        }
         // A peer's admin listener was asked to purge a bucket of a group this node leads.
         CallKind::Purge => match std::str::from_utf8(&body) {
-            Ok(bucket) => encode(&purge_here(&raft, bucket).await),
+            Ok(bucket) => match sender.refusal(sender.named) {
+                Some(refused) => refused,
+                None => encode(&purge_here(&raft, bucket).await),
+            },
             Err(_) => (StatusCode::BAD_REQUEST, b"the bucket is not UTF-8".to_vec()),
         },
     }
@@ -251,7 +352,12 @@ async fn purge_here(raft: &Raft, bucket: &str) -> Result<u64, String> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+    use crate::cluster::call_error::PostError;
+    use crate::cluster::network::post;
+    use crate::cluster::transport::http2_client;
 
     #[tokio::test]
     async fn every_call_of_a_batch_gets_its_own_answer() {
@@ -270,7 +376,7 @@ mod tests {
         ];
         let body = postcard::to_allocvec(&calls).unwrap();
         // No group is hosted here: each call gets its own refusal.
-        let answers = batch(&[None], &metrics, &body).await.unwrap();
+        let answers = batch(&[None], &metrics, None, &body).await.unwrap();
         assert_eq!(answers.len(), 2);
         for answer in answers {
             let error = answer.expect_err("no group is hosted");
@@ -284,48 +390,70 @@ mod tests {
     #[tokio::test]
     async fn a_batch_that_does_not_decode_is_refused() {
         let metrics = Metrics::default();
-        let error = batch(&[None], &metrics, b"\xff\xff\xff").await.unwrap_err();
+        let error = batch(&[None], &metrics, None, b"\xff\xff\xff")
+            .await
+            .unwrap_err();
         assert!(error.contains("a batch of calls"), "{error}");
+    }
+
+    async fn serves_links_and_http(tls: Option<(Arc<ClusterTls>, Arc<ClusterTls>)>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://{address}");
+        let (_stop, stopping) = watch::channel(false);
+        let rafts: Arc<Vec<Option<Raft>>> = Arc::new(vec![None]);
+        let (server, client) = tls.unzip();
+        tokio::spawn(serve(listener, rafts, Arc::default(), server, stopping));
+
+        let link = crate::cluster::peer_link::PeerLink::start(&url, 1, client.clone());
+        for _ in 0..3 {
+            let error = link
+                .call(0, CallKind::Vote, Bytes::new(), Duration::from_secs(5))
+                .await
+                .expect_err("group 0 is not hosted");
+            assert!(
+                matches!(&error, PostError::Other(m) if m.contains("no such group")),
+                "{error:?}"
+            );
+        }
+
+        let nodes = [(address, 1)].into_iter().collect();
+        let client = http2_client(client.as_deref(), nodes).unwrap();
+        let error = post(
+            &client,
+            &format!("{url}/raft/0/snapshot"),
+            2,
+            Vec::new(),
+            Duration::from_secs(5),
+        )
+        .await
+        .expect_err("group 0 is not hosted");
+        assert!(
+            matches!(&error, PostError::Other(m) if m.contains("404")),
+            "{error:?}"
+        );
     }
 
     /// One listener, two protocols: a link's frames and HTTP/2, told apart by the magic.
     #[tokio::test]
     async fn the_cluster_listener_serves_links_and_http_on_one_port() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let (_stop, stopping) = watch::channel(false);
-        let rafts: Arc<Vec<Option<Raft>>> = Arc::new(vec![None]);
-        tokio::spawn(serve(listener, rafts, Arc::default(), stopping));
+        serves_links_and_http(None).await;
+    }
 
-        let link = crate::cluster::peer_link::PeerLink::start(&url);
-        for _ in 0..3 {
-            let error = link
-                .call(
-                    0,
-                    CallKind::Vote,
-                    Bytes::new(),
-                    std::time::Duration::from_secs(5),
-                )
-                .await
-                .expect_err("group 0 is not hosted");
-            assert!(
-                matches!(&error, crate::cluster::call_error::PostError::Other(m) if m.contains("no such group")),
-                "{error:?}"
-            );
-        }
-
-        let client = crate::cluster::network::http2_client();
-        let error = crate::cluster::network::post(
-            &client,
-            &format!("{url}/raft/0/snapshot"),
-            Vec::new(),
-            std::time::Duration::from_secs(5),
-        )
-        .await
-        .expect_err("group 0 is not hosted");
-        assert!(
-            matches!(&error, crate::cluster::call_error::PostError::Other(m) if m.contains("404")),
-            "{error:?}"
-        );
+    /// The same over mutual TLS, told apart by ALPN: node 2 calls node 1.
+    #[tokio::test]
+    async fn the_cluster_listener_serves_links_and_http_over_mutual_tls() {
+        let dir = tempfile::tempdir().unwrap();
+        let (files, _) = ursula_testkit::certs::write_cluster(dir.path(), &[1, 2]);
+        let open = |id| {
+            let files = crate::tls::TlsFiles {
+                ca_file: Some(files.ca_file()),
+                cert_file: files.cert_file(id),
+                key_file: files.key_file(id),
+            };
+            ClusterTls::open(files, id).unwrap()
+        };
+        serves_links_and_http(Some((open(1), open(2)))).await;
     }
 }
