@@ -6,6 +6,7 @@
 #
 # Usage: e2e/bench/cluster.sh [--rounds N] [--duration 10s] [--writers 32] [--voter-workers 1]
 #                             [--buckets 16] [--node BIN] [--raft 'key = value']
+#                             [--no-tls | --tls-ab]
 #   --node           the ursula-node binary to measure (default: this checkout's release build),
 #                    e.g. an older build for an A/B of cluster/single ratios
 #   --raft           a line added to each voter's [raft] table (repeatable)
@@ -17,6 +18,10 @@
 #                    CPU would get (tokio sizes its pool from the CPU quota), a voter's tasks
 #                    hand work to each other on one thread instead of waking a second one.
 #                    0 = tokio's default (one per core).
+#   --no-tls         the voters speak plain TCP to each other (for builds before cluster TLS);
+#                    by default they use mutual TLS (server.cluster_tls), as in production
+#   --tls-ab         instead of the single node, a second 3-voter cluster without TLS: rounds
+#                    alternate between the two, and the ratio is TLS/plain
 # Prints one JSON line per measurement, then medians, the cluster/single ratio, and fsyncs per
 # append (log commits of all voters over appends).
 set -euo pipefail
@@ -29,6 +34,8 @@ voter_workers=1
 buckets=16
 node=""
 raft_extra=""
+tls=1
+tls_ab=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds="$2"; shift 2 ;;
@@ -38,6 +45,8 @@ while [ $# -gt 0 ]; do
     --buckets) buckets="$2"; shift 2 ;;
     --node) node="$(realpath "$2")"; shift 2 ;;
     --raft) raft_extra+="$2\n"; shift 2 ;;
+    --no-tls) tls=0; shift ;;
+    --tls-ab) tls_ab=1; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -55,36 +64,57 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$node" --data-dir "$work/single" --listen 127.0.0.1:4737 --admin-listen 127.0.0.1:4738 \
-  2>"$work/single.log" &
-pids+=($!); single_pid=$!
-peers=""
-voter_pids=""
 runtime=""
 [ "$voter_workers" -gt 0 ] && runtime="[runtime]\nworker_threads = $voter_workers\n"
-for id in 1 2 3; do
-  p=$((4740 + 10 * id))
-  peers+="[[raft.peers]]\nid = $id\ncluster_url = \"http://127.0.0.1:$((p + 2))\"\nclient_url = \"http://127.0.0.1:$p\"\n"
-done
-for id in 1 2 3; do
-  p=$((4740 + 10 * id))
-  printf "node_id = $id\ndata_dir = \"$work/voter-$id\"\n[server]\nlisten = \"127.0.0.1:$p\"\nadmin_listen = \"127.0.0.1:$((p + 1))\"\ncluster_listen = \"127.0.0.1:$((p + 2))\"\n$runtime[raft]\ngroup_count = 16\n$raft_extra$peers" \
-    >"$work/voter-$id.toml"
-  "$node" --config "$work/voter-$id.toml" 2>"$work/voter-$id.log" &
-  pids+=($!); voter_pids+="${voter_pids:+,}$!"
-done
-for _ in $(seq 1 100); do
-  ready=0
+# start_cluster NAME BASE TLS: three voters with client ports BASE+10, BASE+20, BASE+30 (admin
+# +1, cluster +2), with mutual TLS between them when TLS is 1. Sets voter_pids.
+start_cluster() {
+  local name="$1" base="$2" with_tls="$3" peers="" scheme=http tls_key=""
+  voter_pids=""
+  if [ "$with_tls" = 1 ]; then
+    scheme=https
+    "$node" issue-certs --dir "$work/$name-tls" --nodes 1,2,3 >/dev/null
+  fi
   for id in 1 2 3; do
-    [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$((4741 + 10 * id))/readyz" || true)" = 200 ] && ready=$((ready + 1))
+    p=$((base + 10 * id))
+    peers+="[[raft.peers]]\nid = $id\ncluster_url = \"$scheme://127.0.0.1:$((p + 2))\"\nclient_url = \"http://127.0.0.1:$p\"\n"
   done
-  [ "$ready" = 3 ] && break
-  sleep 0.1
-done
+  for id in 1 2 3; do
+    p=$((base + 10 * id))
+    [ "$with_tls" = 1 ] && tls_key="cluster_tls = { ca_file = \"$work/$name-tls/ca.pem\", cert_file = \"$work/$name-tls/node-$id.pem\", key_file = \"$work/$name-tls/node-$id.key\" }\n"
+    printf "node_id = $id\ndata_dir = \"$work/$name-$id\"\n[server]\nlisten = \"127.0.0.1:$p\"\nadmin_listen = \"127.0.0.1:$((p + 1))\"\ncluster_listen = \"127.0.0.1:$((p + 2))\"\n$tls_key$runtime[raft]\ngroup_count = 16\n$raft_extra$peers" \
+      >"$work/$name-$id.toml"
+    "$node" --config "$work/$name-$id.toml" 2>"$work/$name-$id.log" &
+    pids+=($!); voter_pids+="${voter_pids:+,}$!"
+  done
+  for _ in $(seq 1 100); do
+    ready=0
+    for id in 1 2 3; do
+      [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$((base + 1 + 10 * id))/readyz" || true)" = 200 ] && ready=$((ready + 1))
+    done
+    [ "$ready" = 3 ] && break
+    sleep 0.1
+  done
+}
+
+if [ "$tls_ab" = 1 ]; then
+  start_cluster plain 4840 0
+  targets=("plain:4850:$voter_pids")
+else
+  "$node" --data-dir "$work/single" --listen 127.0.0.1:4737 --admin-listen 127.0.0.1:4738 \
+    2>"$work/single.log" &
+  pids+=($!)
+  targets=("single:4737:$!")
+fi
+start_cluster voter 4740 "$tls"
+targets+=("cluster:4750:$voter_pids")
 
 results="$work/results.jsonl"
 for round in $(seq 1 "$rounds"); do
-  for target in "single:4737:$single_pid" "cluster:4750:$voter_pids"; do
+  # ABBA: every other round runs the other one first, so that neither gains from its place.
+  order=("${targets[@]}")
+  [ $((round % 2)) = 0 ] && order=("${targets[1]}" "${targets[0]}")
+  for target in "${order[@]}"; do
     IFS=: read -r label port server <<<"$target"
     "$bench" --url "http://127.0.0.1:$port" --label "$label" --prefix /bench append \
       --buckets "$buckets" --writers "$writers" --duration "$duration" --server-pids "$server" \
@@ -101,19 +131,23 @@ done
 appends="$(metric 4751 ursula_appends_total)"
 echo "{\"bench\":\"fsync\",\"label\":\"cluster\",\"appends\":$appends,\"log_commits_all_voters\":$commits}" | tee -a "$results"
 
-python3 - "$results" "$buckets" <<'PY'
+python3 - "$results" "$buckets" "$tls" "$tls_ab" <<'PY'
 import json, sys, statistics
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+tls, tls_ab = sys.argv[3] == "1", sys.argv[4] == "1"
 def med(label, key):
     vals = [r[key] for r in rows if r["label"] == label and r["bench"] == "append"]
     return statistics.median(vals)
-s, c = med("single", "appends_per_sec"), med("cluster", "appends_per_sec")
+base = "plain" if tls_ab else "single"
+s, c = med(base, "appends_per_sec"), med("cluster", "appends_per_sec")
+names = {"single": "single node:", "plain": "3 voters, plain:"}
+cluster_name = "3 voters, TLS:" if tls else "3 voters, plain:"
 print()
 print(f"append (100 streams in {sys.argv[2]} buckets, {rows[0]['writers']} writers, 256 B), median of rounds:")
-print(f"  single node:       {s:8.0f}/s  p50 {med('single','p50_ms'):.3f} ms  p99 {med('single','p99_ms'):.3f} ms")
-print(f"  3-voter cluster:   {c:8.0f}/s  p50 {med('cluster','p50_ms'):.3f} ms  p99 {med('cluster','p99_ms'):.3f} ms")
-print(f"  ratio cluster/single: {c / s:.2f}x")
-print(f"  server CPU per append: single {med('single','server_cpu_us_per_append'):.1f} µs, cluster (3 voters) {med('cluster','server_cpu_us_per_append'):.1f} µs")
+print(f"  {names[base]:18} {s:8.0f}/s  p50 {med(base,'p50_ms'):.3f} ms  p99 {med(base,'p99_ms'):.3f} ms")
+print(f"  {cluster_name:18} {c:8.0f}/s  p50 {med('cluster','p50_ms'):.3f} ms  p99 {med('cluster','p99_ms'):.3f} ms")
+print(f"  ratio {'TLS/plain' if tls_ab else 'cluster/single'}: {c / s:.3f}x")
+print(f"  server CPU per append: {base} {med(base,'server_cpu_us_per_append'):.1f} µs, cluster {med('cluster','server_cpu_us_per_append'):.1f} µs")
 f = [x for x in rows if x["bench"] == "fsync"][0]
 print(f"cluster fsyncs per append (log commits of all 3 voters / appends): {f['log_commits_all_voters'] / max(f['appends'], 1):.3f}")
 PY

@@ -87,15 +87,17 @@ if [ "$cluster" = 1 ]; then
     })();
   ')"
   port() { echo "${ports[$((3 * ($1 - 1) + $2))]}"; }
+  # Mutual TLS between the voters, as in production: a CA and a certificate for each.
+  "$node_bin" issue-certs --dir "$data/tls" --nodes 1,2,3 >/dev/null
   peers=""
   for id in 1 2 3; do
-    peers+="[[raft.peers]]\nid = $id\ncluster_url = \"http://127.0.0.1:$(port $id 2)\"\nclient_url = \"http://127.0.0.1:$(port $id 0)\"\n"
+    peers+="[[raft.peers]]\nid = $id\ncluster_url = \"https://127.0.0.1:$(port $id 2)\"\nclient_url = \"http://127.0.0.1:$(port $id 0)\"\n"
   done
   for id in 1 2 3; do
     # Raft timeouts and the request deadline are the product's defaults. The long-poll
     # timeout is shorter than the default 20 s because the suite waits out long-polls that
     # see no data, and some of its tests allow less than 20 s for that.
-    printf "node_id = $id\n[server]\nlisten = \"127.0.0.1:$(port $id 0)\"\nadmin_listen = \"127.0.0.1:$(port $id 1)\"\ncluster_listen = \"127.0.0.1:$(port $id 2)\"\nlong_poll_timeout = \"500ms\"\n$peers$limits" >"$data/node-$id.toml"
+    printf "node_id = $id\n[server]\nlisten = \"127.0.0.1:$(port $id 0)\"\nadmin_listen = \"127.0.0.1:$(port $id 1)\"\ncluster_listen = \"127.0.0.1:$(port $id 2)\"\nlong_poll_timeout = \"500ms\"\ncluster_tls = { ca_file = \"$data/tls/ca.pem\", cert_file = \"$data/tls/node-$id.pem\", key_file = \"$data/tls/node-$id.key\" }\n$peers$limits" >"$data/node-$id.toml"
     launch=()
     [ "$slow" = 1 ] && launch=("$root/e2e/slow/exec.sh" "conformance-$$-$id")
     "${launch[@]}" "$node_bin" --config "$data/node-$id.toml" --data-dir "$data/node-$id" 2>"$data/node-$id.log" &

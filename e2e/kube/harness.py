@@ -176,9 +176,41 @@ class VoterProcesses(threading.Thread):
         self.passes = 0
         self.quiet = False
 
-    def config_for(self, ordinal):
+    def secret_volumes(self, ordinal, pod_spec):
+        """Writes the pod's Secret volumes as a kubelet does, each Secret key a file of the
+        volume's directory (readable by its owner only), replaced whole when the Secret
+        changes. Answers each mount path with the directory that stands for it."""
+        container = pod_spec["containers"][0]
+        secrets = {
+            volume["name"]: volume["secret"]["secretName"]
+            for volume in pod_spec.get("volumes", [])
+            if "secret" in volume
+        }
+        mounts = {}
+        for mount in container.get("volumeMounts", []):
+            secret_name = secrets.get(mount["name"])
+            if secret_name is None:
+                continue
+            secret = get_json("secret", "-n", NS, secret_name)
+            directory = self.workdir / f"voter-{ordinal}-{mount['name']}"
+            directory.mkdir(mode=0o700, exist_ok=True)
+            for key, value in secret.get("data", {}).items():
+                content = base64.b64decode(value)
+                path = directory / key
+                if path.exists() and path.read_bytes() == content:
+                    continue
+                partial = directory / f".{key}.partial"
+                partial.write_bytes(content)
+                partial.chmod(0o600)
+                partial.replace(path)
+            mounts[mount["mountPath"]] = str(directory)
+        return mounts
+
+    def config_for(self, ordinal, pod_spec):
         config_map = get_json("configmap", "-n", NS, f"{RELEASE}-config")
         text = config_map["data"][f"{RELEASE}-{ordinal}.toml"]
+        for mount_path, directory in self.secret_volumes(ordinal, pod_spec).items():
+            text = text.replace(f'"{mount_path}/', f'"{directory}/')
         for i in range(VOTERS):
             text = text.replace(f"{RELEASE}-{i}.{RELEASE}-headless.{NS}.svc", voter_ip(i))
         text = text.replace("0.0.0.0", voter_ip(ordinal))
@@ -208,20 +240,23 @@ class VoterProcesses(threading.Thread):
             if pod["metadata"].get("deletionTimestamp"):
                 continue
             ordinal = int(name.rsplit("-", 1)[1])
-            live[ordinal] = (pod["metadata"]["uid"], pod["spec"]["containers"][0])
+            live[ordinal] = (pod["metadata"]["uid"], pod["spec"])
         for ordinal in list(self.running):
             if ordinal not in live or live[ordinal][0] != self.running[ordinal][0]:
                 self.stop_process(ordinal)
-        for ordinal, (uid, container) in live.items():
+        for ordinal, (uid, pod_spec) in live.items():
             if ordinal in self.running:
+                # A kubelet keeps Secret volumes up to date (a rotation).
+                self.secret_volumes(ordinal, pod_spec)
                 continue
+            container = pod_spec["containers"][0]
             image = container["image"]
             if image == NEVER_READY:
                 # The image crash-loops: nothing runs, and kwok never makes the pod ready.
                 self.running[ordinal] = (uid, None)
                 self.log.append((time.monotonic(), ordinal, f"cannot run {image}"))
                 continue
-            config = self.config_for(ordinal)
+            config = self.config_for(ordinal, pod_spec)
             with open(self.workdir / f"voter-{ordinal}.log", "ab") as logfile:
                 process = subprocess.Popen(
                     [str(BIN_DIR / "ursula-node"), "--config", str(config)],

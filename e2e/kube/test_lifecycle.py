@@ -16,10 +16,12 @@
 Usage (run.sh does this): KUBECONFIG=... URSULA_BIN_DIR=target/debug python test_lifecycle.py
 """
 
+import base64
 import json
 import os
 import pathlib
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -274,6 +276,45 @@ class ClusterLifecycle(unittest.TestCase):
                 "PUT", 1, "/orders/eu", headers={"Content-Type": "text/plain"}, body=b"a"
             )
             self.assertEqual(status, 201)
+
+        with step("the cluster's credentials and NetworkPolicy: accepted by the API server, mounted, used"):
+            tls = get_json("secret", "-n", NS, f"{RELEASE}-cluster-tls")
+            self.assertEqual(
+                sorted(tls["data"]),
+                ["ca.crt"] + [f"node-{i + 1}.{ext}" for i in range(VOTERS) for ext in ("crt", "key")],
+            )
+            self.assertIn("ursula.io/not-after", tls["metadata"]["annotations"])
+            self.assertNotIn("ca.key", tls["data"], "the CA's key is never mounted")
+            token = base64.b64decode(
+                get_json("secret", "-n", NS, f"{RELEASE}-admin-token")["data"]["token"]
+            ).decode()
+            self.assertEqual(len(token), 64)
+            get_json("secret", "-n", NS, f"{RELEASE}-ca")
+            pod_spec = get_json("statefulset", "-n", NS, RELEASE)["spec"]["template"]["spec"]
+            mounted = {v["name"]: v.get("secret", {}).get("secretName") for v in pod_spec["volumes"]}
+            self.assertEqual(mounted["cluster-tls"], f"{RELEASE}-cluster-tls")
+            self.assertEqual(mounted["admin-token"], f"{RELEASE}-admin-token")
+            policy = get_json("networkpolicy", "-n", NS, f"{RELEASE}-voters")
+            ports = sorted(r["ports"][0]["port"] for r in policy["spec"]["ingress"])
+            # The operator runs outside the cluster here: it knows no namespace of its own,
+            # so the admin port has no rule, and nothing reaches it but the kubelet.
+            self.assertEqual(ports, [4437, 4439])
+            # The voters speak TLS to each other: a plain peer link is refused at the handshake.
+            with socket.create_connection((voter_ip(0), 4439), timeout=5) as plain:
+                plain.sendall(b"URSLINK1" + bytes(12))
+                plain.settimeout(10)
+                try:
+                    self.assertEqual(plain.recv(64), b"", "a plain link was answered")
+                except ConnectionResetError:
+                    pass
+            # Drains and purges ask for the token.
+            status, _ = request("POST", 0, "/admin/drain", port=4438, follow=False)
+            self.assertEqual(status, 401)
+            status, _ = request(
+                "POST", 0, "/admin/drain", port=4438, follow=False,
+                headers={"Authorization": f"Bearer {token}x"},
+            )
+            self.assertEqual(status, 401)
 
         type(self).steps = status_steps()
         self.steps.start()

@@ -1,10 +1,16 @@
 //! `ursula-node dev-cluster`: a local cluster in one command. It starts the voters as child
 //! processes of this binary on loopback (and a gateway in front of them when the
 //! `ursula-gateway` binary sits next to this one), prints the client URL, and stops them all on
-//! Ctrl-C or SIGTERM.
+//! Ctrl-C or SIGTERM. The voters run as a production cluster does: mutual TLS between them,
+//! from a CA and certificates it issues into `{data-dir}/tls`, and an admin token.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode};
+
+use ursula_wire::issue::ClusterFiles;
+
+/// How long `dev-cluster`'s certificates are valid (each run issues new ones).
+const CERTS_VALID_FOR: std::time::Duration = std::time::Duration::from_secs(365 * 86_400);
 
 pub struct DevCluster {
     pub voters: u64,
@@ -16,18 +22,19 @@ fn port(base: u16, voter: u64, offset: u16) -> u16 {
     base + 10 * (voter as u16 - 1) + offset
 }
 
-fn voter_config(cluster: &DevCluster, id: u64, admin_token: &Path) -> String {
+fn voter_config(cluster: &DevCluster, id: u64, admin_token: &Path, certs: &ClusterFiles) -> String {
     let base = cluster.base_port;
     let mut text = format!(
-        "node_id = {id}\ndata_dir = {:?}\n\n[server]\nlisten = \"127.0.0.1:{}\"\nadmin_listen = \"127.0.0.1:{}\"\ncluster_listen = \"127.0.0.1:{}\"\nadmin_token_file = {admin_token:?}\n\n[raft]\ngroup_count = 16\n",
+        "node_id = {id}\ndata_dir = {:?}\n\n[server]\nlisten = \"127.0.0.1:{}\"\nadmin_listen = \"127.0.0.1:{}\"\ncluster_listen = \"127.0.0.1:{}\"\nadmin_token_file = {admin_token:?}\n{}\n[raft]\ngroup_count = 16\n",
         cluster.data_dir.join(format!("node-{id}")),
         port(base, id, 0),
         port(base, id, 1),
         port(base, id, 2),
+        certs.toml(id),
     );
     for peer in 1..=cluster.voters {
         text.push_str(&format!(
-            "\n[[raft.peers]]\nid = {peer}\ncluster_url = \"http://127.0.0.1:{}\"\nclient_url = \"http://127.0.0.1:{}\"\n",
+            "\n[[raft.peers]]\nid = {peer}\ncluster_url = \"https://127.0.0.1:{}\"\nclient_url = \"http://127.0.0.1:{}\"\n",
             port(base, peer, 2),
             port(base, peer, 0),
         ));
@@ -90,10 +97,24 @@ pub fn run(cluster: DevCluster) -> ExitCode {
         eprintln!("ursula-node dev-cluster: cannot write {admin_token:?}: {error}");
         return ExitCode::FAILURE;
     }
+    // A CA and the voters' certificates, issued afresh on every run: nothing expires.
+    let certs = ClusterFiles {
+        dir: cluster.data_dir.join("tls"),
+    };
+    let ids: Vec<u64> = (1..=cluster.voters).collect();
+    if let Err(error) = certs.write("ursula dev cluster", &ids, CERTS_VALID_FOR) {
+        eprintln!(
+            "ursula-node dev-cluster: cannot write certificates to {:?}: {error}",
+            certs.dir
+        );
+        return ExitCode::FAILURE;
+    }
     let mut children = Vec::new();
     for id in 1..=cluster.voters {
         let config = cluster.data_dir.join(format!("node-{id}.toml"));
-        if let Err(error) = std::fs::write(&config, voter_config(&cluster, id, &admin_token)) {
+        if let Err(error) =
+            std::fs::write(&config, voter_config(&cluster, id, &admin_token, &certs))
+        {
             eprintln!("ursula-node dev-cluster: cannot write {config:?}: {error}");
             return ExitCode::FAILURE;
         }
@@ -141,6 +162,10 @@ pub fn run(cluster: DevCluster) -> ExitCode {
     println!(
         "admin token (Authorization: Bearer ..., on the voters' admin ports): {}",
         admin_token.display()
+    );
+    println!(
+        "cluster TLS (the voters' CA and certificates): {}",
+        certs.dir.display()
     );
     let _ = wait_for_signal();
     stop(&mut children);

@@ -51,6 +51,19 @@ enum Tool {
         #[arg(long, value_name = "PORT", default_value_t = 4447)]
         base_port: u16,
     },
+    /// Writes a new cluster CA and a certificate for each voter into DIR: `ca.pem`, `ca.key`,
+    /// `node-{id}.pem`, `node-{id}.key` (keys readable by their owner only), for
+    /// `server.cluster_tls` on voters run without the operator. Prints each voter's key.
+    IssueCerts {
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+        /// Node IDs, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
+        nodes: Vec<u64>,
+        /// How long the certificates are valid, e.g. 90d.
+        #[arg(long, value_name = "DURATION", default_value = "365d", value_parser = parse_duration)]
+        valid_for: std::time::Duration,
+    },
 }
 
 /// openraft logs every failed RPC, at ERROR, several times a second per peer while one is
@@ -103,23 +116,45 @@ fn init_logging() {
         .init();
 }
 
+fn issue_certs(dir: PathBuf, nodes: &[u64], valid_for: std::time::Duration) -> ExitCode {
+    let files = ursula_wire::issue::ClusterFiles { dir };
+    if let Err(error) = files.write("ursula cluster", nodes, valid_for) {
+        eprintln!(
+            "ursula-node issue-certs: cannot write {}: {error}",
+            files.dir.display()
+        );
+        return ExitCode::FAILURE;
+    }
+    for id in nodes {
+        println!("node {id}: [server] {}", files.toml(*id).trim_end());
+    }
+    ExitCode::SUCCESS
+}
+
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     init_logging();
     let args = Args::parse();
-    if let Some(Tool::DevCluster {
-        voters,
-        data_dir,
-        base_port,
-    }) = args.command
-    {
-        return dev_cluster::run(dev_cluster::DevCluster {
+    match args.command {
+        Some(Tool::DevCluster {
             voters,
             data_dir,
             base_port,
-        });
+        }) => {
+            return dev_cluster::run(dev_cluster::DevCluster {
+                voters,
+                data_dir,
+                base_port,
+            });
+        }
+        Some(Tool::IssueCerts {
+            dir,
+            nodes,
+            valid_for,
+        }) => return issue_certs(dir, &nodes, valid_for),
+        None => {}
     }
     let mut config = match &args.config {
         Some(path) => match Config::from_file(path) {

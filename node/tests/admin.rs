@@ -192,7 +192,19 @@ async fn admin_routes_that_change_state_need_the_token() {
         (Method::GET, "/admin/replica/keep/s"),
     ];
     for (method, path) in &routes {
-        for authorization in [None, Some(bearer("wrong")), Some("first-token".to_owned())] {
+        let garbage = [
+            None,
+            Some(bearer("wrong")),
+            Some("first-token".to_owned()),
+            Some("Basic Zmlyc3QtdG9rZW4=".to_owned()),
+            Some("Bearer".to_owned()),
+            Some("Bearer ".to_owned()),
+            Some(bearer("first-toke")),
+            Some(bearer("first-token2")),
+            Some(bearer("first-token first-token")),
+            Some(bearer(&"x".repeat(4096))),
+        ];
+        for authorization in garbage {
             let headers: Vec<(&str, &str)> = authorization
                 .iter()
                 .map(|a| ("authorization", a.as_str()))

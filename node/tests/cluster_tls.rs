@@ -403,3 +403,88 @@ fn rotated_certificates_take_effect_without_a_restart_and_lose_no_write() {
             .await;
     });
 }
+
+/// The first flight of a real TLS client to voter `target`: its ClientHello record.
+fn client_hello(ca: &Path, target: u64) -> Vec<u8> {
+    let name = ServerName::try_from(ursula_wire::identity::node_name(target)).unwrap();
+    let mut connection =
+        rustls::ClientConnection::new(link_config(ca, None), name.to_owned()).unwrap();
+    let mut hello = Vec::new();
+    connection.write_tls(&mut hello).unwrap();
+    hello
+}
+
+/// Sends `bytes`, closes the sending half, and answers whether the listener then ended the
+/// connection within 5 s (with or without an alert first).
+async fn ends_after(addr: std::net::SocketAddr, bytes: &[u8]) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let _ = stream.write_all(bytes).await;
+    let _ = stream.shutdown().await;
+    let mut sink = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut sink))
+        .await
+        .is_ok()
+}
+
+#[test]
+fn bad_handshakes_end_cleanly_and_the_cluster_serves_on() {
+    let cluster = TestCluster::start(3, "");
+    let ca = cluster.certs.ca_file();
+    ursula_testkit::runtime().block_on(async {
+        cluster.wait_ready().await;
+        create(&cluster, "/fuzz/writes").await;
+        let hello = client_hello(&ca, 2);
+        let addr = cluster.voters[1].cluster_addr;
+        // A connection that sends half a ClientHello and then nothing: it must not hold up
+        // the listener meanwhile.
+        let mut stalled = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stalled.write_all(&hello[..hello.len() / 2]).await.unwrap();
+        let mut garbage = vec![0u8; 4096];
+        for (i, byte) in garbage.iter_mut().enumerate() {
+            *byte = (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[3];
+        }
+        let inputs: Vec<(&str, Vec<u8>)> = vec![
+            ("nothing", Vec::new()),
+            ("garbage", garbage),
+            ("a truncated ClientHello", hello[..hello.len() / 2].to_vec()),
+            (
+                "a ClientHello cut after its record header",
+                hello[..5].to_vec(),
+            ),
+            (
+                "a record header that promises 16 KiB",
+                vec![0x16, 0x03, 0x01, 0x40, 0x00],
+            ),
+            ("a plain peer link", frame::MAGIC.to_vec()),
+            (
+                "HTTP/1.1",
+                b"GET /raft/0/vote HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
+            ),
+            (
+                "the HTTP/2 preface",
+                b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec(),
+            ),
+            ("a whole ClientHello, then silence", hello.clone()),
+        ];
+        for (what, bytes) in &inputs {
+            assert!(ends_after(addr, bytes).await, "{what}: the connection hung");
+        }
+        for (what, bytes) in &inputs {
+            assert!(
+                append(&cluster, "/fuzz/writes", format!("after {what};")).await,
+                "no write after {what}"
+            );
+            let _ = bytes;
+        }
+        drop(stalled);
+    });
+    for (i, voter) in cluster.voters.iter().enumerate() {
+        assert!(voter.is_running(), "voter {} exited", i + 1);
+        assert!(
+            !cluster.log_of(i).contains("panicked"),
+            "voter {} panicked",
+            i + 1
+        );
+    }
+}

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -33,6 +34,8 @@ pub enum Error {
     NoNamespace(String),
     #[error(transparent)]
     Node(#[from] crate::nodes::NodeError),
+    #[error(transparent)]
+    Credentials(#[from] crate::credentials::CredentialsError),
 }
 
 pub struct Context {
@@ -40,6 +43,8 @@ pub struct Context {
     pub recorder: Recorder,
     pub nodes: Nodes,
     pub limits: Limits,
+    /// The operator's own namespace, which the voters' NetworkPolicy lets reach the admin port.
+    pub namespace: Option<String>,
 }
 
 /// The version (image tag) of the first container of a pod template or pod spec.
@@ -162,7 +167,7 @@ async fn observe(
     })
 }
 
-async fn apply<K>(client: &kube::Client, ns: &str, object: &K) -> Result<(), Error>
+pub(crate) async fn apply<K>(client: &kube::Client, ns: &str, object: &K) -> Result<(), Error>
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
         + Clone
@@ -350,6 +355,8 @@ pub async fn reconcile(cluster: Arc<UrsulaCluster>, ctx: Arc<Context>) -> Result
     };
 
     apply(client, &ns, &workloads::service_account(&cluster)).await?;
+    // Before the voters: their pods mount these Secrets.
+    let admin_token = crate::credentials::ensure(client, &ns, &cluster).await?;
     apply(client, &ns, &config_map).await?;
     apply::<Service>(client, &ns, &workloads::headless_service(&cluster)).await?;
     apply::<Service>(client, &ns, &workloads::client_service(&cluster)).await?;
@@ -367,6 +374,18 @@ pub async fn reconcile(cluster: Arc<UrsulaCluster>, ctx: Arc<Context>) -> Result
     .await?;
     for budget in workloads::disruption_budgets(&cluster) {
         apply::<PodDisruptionBudget>(client, &ns, &budget).await?;
+    }
+    match crate::policies::voter_policy(&cluster, ctx.namespace.as_deref()) {
+        Some(policy) => apply(client, &ns, &policy).await?,
+        None => {
+            let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), &ns);
+            let name = crate::policies::voter_policy_name(&cluster);
+            match policies.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(error) => return Err(error.into()),
+            }
+        }
     }
 
     match &step {
@@ -395,7 +414,7 @@ pub async fn reconcile(cluster: Arc<UrsulaCluster>, ctx: Arc<Context>) -> Result
                 .iter()
                 .any(|v| v.ordinal == *ordinal && v.ready);
             if ready {
-                ctx.nodes.drain(&cluster, *ordinal).await?;
+                ctx.nodes.drain(&cluster, *ordinal, &admin_token).await?;
             }
             // Exactly the pod observed: never its replacement, should it already exist.
             let params = DeleteParams {

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::api::networking::v1::NetworkPolicyPeer;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -64,9 +65,45 @@ pub struct UrsulaClusterSpec {
     /// `server.long_poll_timeout`, ...). Keys the operator sets itself cannot be overridden.
     #[serde(default)]
     pub node_config: BTreeMap<String, serde_json::Value>,
+    /// Who may reach the voters' client port (4437) besides the cluster's gateways, as
+    /// NetworkPolicy peers (pod and namespace selectors, IP blocks). Empty: the gateways only.
+    #[serde(default)]
+    pub client_access: Vec<NetworkPolicyPeer>,
+    /// The NetworkPolicy that fences the voters: the cluster port (4439) only from the
+    /// cluster's own voters, the admin port (4438) only from the operator's namespace and
+    /// `metricsFrom`, the client port from the gateways and `clientAccess`.
+    #[serde(default)]
+    pub network_policy: NetworkPolicySpec,
     /// While true, the operator changes nothing.
     #[serde(default)]
     pub paused: bool,
+}
+
+/// The voters' NetworkPolicy.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkPolicySpec {
+    /// Whether the operator applies it (default true). Off, it deletes it. A NetworkPolicy
+    /// takes effect only where the cluster's network plugin enforces them.
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// Peers that may scrape `/metrics` on the admin port (e.g. Prometheus' namespace). The
+    /// admin routes that change state still ask for the admin token.
+    #[serde(default)]
+    pub metrics_from: Vec<NetworkPolicyPeer>,
+}
+
+impl Default for NetworkPolicySpec {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            metrics_from: Vec::new(),
+        }
+    }
+}
+
+fn default_true() -> bool {
+    true
 }
 
 /// A voter's persistent volume.

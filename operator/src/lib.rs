@@ -9,9 +9,11 @@
 
 pub mod controller;
 pub mod crd;
+pub mod credentials;
 pub mod gateways;
 pub mod nodes;
 pub mod objects;
+pub mod policies;
 pub mod purge;
 pub mod upgrade;
 pub mod workloads;

@@ -33,6 +33,16 @@ struct Args {
     ready_timeout: u64,
 }
 
+/// Where the operator runs: `POD_NAMESPACE` (the chart sets it), else its service account's
+/// namespace file; unknown outside a pod.
+fn operator_namespace() -> Option<String> {
+    std::env::var("POD_NAMESPACE").ok().or_else(|| {
+        std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+            .ok()
+            .map(|ns| ns.trim().to_owned())
+    })
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
@@ -62,6 +72,7 @@ async fn main() -> ExitCode {
         limits: Limits {
             ready_timeout: Duration::from_secs(args.ready_timeout),
         },
+        namespace: operator_namespace(),
     });
     let clusters = Controller::new(
         Api::<UrsulaCluster>::all(client.clone()),

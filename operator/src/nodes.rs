@@ -80,9 +80,10 @@ impl Nodes {
         format!("{}{path}", (self.admin)(cluster, ordinal))
     }
 
-    async fn post(&self, url: String, ordinal: u8) -> Result<Bytes, NodeError> {
+    async fn post(&self, url: String, ordinal: u8, token: &str) -> Result<Bytes, NodeError> {
         let fail = |message: String| NodeError::Call { ordinal, message };
         let request = http::Request::post(&url)
+            .header(http::header::AUTHORIZATION, format!("Bearer {token}"))
             .body(Full::new(Bytes::new()))
             .map_err(|e| fail(e.to_string()))?;
         let exchange = async {
@@ -112,11 +113,21 @@ impl Nodes {
             .map_err(|_| fail(format!("{url} timed out")))?
     }
 
-    /// Makes the voter hand its groups' leadership to the others (`POST /admin/drain`).
-    pub async fn drain(&self, cluster: &UrsulaCluster, ordinal: u8) -> Result<(), NodeError> {
-        self.post(self.admin_url(cluster, ordinal, "/admin/drain"), ordinal)
-            .await
-            .map(drop)
+    /// Makes the voter hand its groups' leadership to the others (`POST /admin/drain`), with
+    /// the cluster's admin `token`.
+    pub async fn drain(
+        &self,
+        cluster: &UrsulaCluster,
+        ordinal: u8,
+        token: &str,
+    ) -> Result<(), NodeError> {
+        self.post(
+            self.admin_url(cluster, ordinal, "/admin/drain"),
+            ordinal,
+            token,
+        )
+        .await
+        .map(drop)
     }
 
     /// Purges a bucket through voter `ordinal` (any voter forwards to the group's leader).
@@ -125,9 +136,10 @@ impl Nodes {
         cluster: &UrsulaCluster,
         ordinal: u8,
         bucket: &str,
+        token: &str,
     ) -> Result<PurgeResponse, NodeError> {
         let url = self.admin_url(cluster, ordinal, &format!("/admin/buckets/{bucket}/purge"));
-        let body = self.post(url, ordinal).await?;
+        let body = self.post(url, ordinal, token).await?;
         serde_json::from_slice(&body).map_err(|e| NodeError::Call {
             ordinal,
             message: format!("an unreadable purge answer: {e}"),

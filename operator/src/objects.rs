@@ -56,12 +56,17 @@ fn kubernetes_formats(value: &mut serde_json::Value) {
 pub const GROUP_COUNT: i64 = 16;
 
 /// Node config keys the operator sets itself; `nodeConfig` may not override them.
-const RESERVED_KEYS: [&str; 14] = [
+const RESERVED_KEYS: [&str; 19] = [
     "node_id",
     "data_dir",
     "server.listen",
     "server.admin_listen",
     "server.cluster_listen",
+    "server.admin_token_file",
+    "server.cluster_tls",
+    "server.cluster_tls.ca_file",
+    "server.cluster_tls.cert_file",
+    "server.cluster_tls.key_file",
     "raft.peers",
     "raft.group_count",
     "runtime.worker_threads",
@@ -117,6 +122,15 @@ pub fn node_config(cluster: &UrsulaCluster, ordinal: u8) -> Result<String, Inval
     server.insert("listen".into(), listen(ports::CLIENT));
     server.insert("admin_listen".into(), listen(ports::ADMIN));
     server.insert("cluster_listen".into(), listen(ports::CLUSTER));
+    // The Secrets of `credentials`, mounted by `workloads`.
+    use crate::credentials::{ADMIN_DIR, CA_FILE, TLS_DIR, TOKEN_KEY, cert_file, key_file};
+    let file = |dir: &str, name: &str| Value::String(format!("{dir}/{name}"));
+    server.insert("admin_token_file".into(), file(ADMIN_DIR, TOKEN_KEY));
+    let mut tls = Table::new();
+    tls.insert("ca_file".into(), file(TLS_DIR, CA_FILE));
+    tls.insert("cert_file".into(), file(TLS_DIR, &cert_file(ordinal)));
+    tls.insert("key_file".into(), file(TLS_DIR, &key_file(ordinal)));
+    server.insert("cluster_tls".into(), Value::Table(tls));
     root.insert("server".into(), Value::Table(server));
     let mut raft = Table::new();
     raft.insert("group_count".into(), Value::Integer(GROUP_COUNT));
@@ -127,7 +141,7 @@ pub fn node_config(cluster: &UrsulaCluster, ordinal: u8) -> Result<String, Inval
             peer.insert("id".into(), Value::Integer(i64::from(i) + 1));
             peer.insert(
                 "cluster_url".into(),
-                Value::String(format!("http://{host}:{}", ports::CLUSTER)),
+                Value::String(format!("https://{host}:{}", ports::CLUSTER)),
             );
             peer.insert(
                 "client_url".into(),
@@ -238,6 +252,8 @@ mod tests {
                     .iter()
                     .map(|(k, v)| ((*k).to_owned(), v.clone()))
                     .collect::<BTreeMap<_, _>>(),
+                client_access: Vec::new(),
+                network_policy: Default::default(),
                 paused: false,
             },
         );
@@ -262,7 +278,7 @@ mod tests {
                     assert_eq!(
                         peer["cluster_url"].as_str(),
                         Some(
-                            format!("http://ursula-{i}.ursula-headless.streams.svc:4439").as_str()
+                            format!("https://ursula-{i}.ursula-headless.streams.svc:4439").as_str()
                         )
                     );
                     assert_eq!(
@@ -275,6 +291,25 @@ mod tests {
                 assert_eq!(
                     config["server"]["admin_listen"].as_str(),
                     Some("0.0.0.0:4438")
+                );
+                // Each voter's own certificate, and the admin token the operator sends.
+                let tls = &config["server"]["cluster_tls"];
+                let id = u64::from(ordinal) + 1;
+                assert_eq!(
+                    tls["cert_file"].as_str(),
+                    Some(format!("/var/run/secrets/ursula/tls/node-{id}.crt").as_str())
+                );
+                assert_eq!(
+                    tls["key_file"].as_str(),
+                    Some(format!("/var/run/secrets/ursula/tls/node-{id}.key").as_str())
+                );
+                assert_eq!(
+                    tls["ca_file"].as_str(),
+                    Some("/var/run/secrets/ursula/tls/ca.crt")
+                );
+                assert_eq!(
+                    config["server"]["admin_token_file"].as_str(),
+                    Some("/var/run/secrets/ursula/admin/token")
                 );
             }
         }

@@ -67,10 +67,22 @@ pub async fn reconcile(purge: Arc<BucketPurge>, ctx: Arc<Context>) -> Result<Act
         )
         .await?;
     }
+    // The cluster's reconciler makes its admin token; until it has, the purge waits.
+    let token = match crate::credentials::admin_token_of(&ctx.client, &ns, &cluster).await {
+        Ok(token) => token,
+        Err(error) => {
+            tracing::info!(purge = %name, %error, "no admin token yet; retrying");
+            return Ok(Action::requeue(Duration::from_secs(5)));
+        }
+    };
     let mut last_error = String::new();
     for attempt in 0..ATTEMPTS {
         let ordinal = (attempt % u32::from(cluster.spec.voters.max(1))) as u8;
-        match ctx.nodes.purge(&cluster, ordinal, &purge.spec.bucket).await {
+        match ctx
+            .nodes
+            .purge(&cluster, ordinal, &purge.spec.bucket, &token)
+            .await
+        {
             Ok(done) => {
                 write(
                     &ctx,

@@ -7,8 +7,9 @@ use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdate
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
     HTTPGetAction, ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SecretKeySelector, Service,
-    ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount, VolumeResourceRequirements,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SecretKeySelector, SecretVolumeSource,
+    Service, ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
+    VolumeResourceRequirements,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -18,6 +19,7 @@ use kube::{Resource, ResourceExt};
 use ursula_wire::ports;
 
 use crate::crd::UrsulaCluster;
+use crate::credentials;
 use crate::objects::{InvalidSpec, headless_service_name, node_config};
 
 pub const NODE: &str = "ursula-node";
@@ -83,6 +85,20 @@ pub(crate) fn probe(path: &str) -> Probe {
         period_seconds: Some(5),
         failure_threshold: Some(3),
         ..Probe::default()
+    }
+}
+
+/// A Secret as files readable by the node's group only (`fsGroup`). Not a `subPath` mount:
+/// those miss the Secret's updates, and rotation relies on them.
+fn secret_volume(name: &str, secret: String) -> Volume {
+    Volume {
+        name: name.to_owned(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret),
+            default_mode: Some(0o440),
+            ..SecretVolumeSource::default()
+        }),
+        ..Volume::default()
     }
 }
 
@@ -225,6 +241,18 @@ pub fn statefulset_at(cluster: &UrsulaCluster, version: &str) -> StatefulSet {
                 read_only: Some(true),
                 ..VolumeMount::default()
             },
+            VolumeMount {
+                name: "admin-token".to_owned(),
+                mount_path: credentials::ADMIN_DIR.to_owned(),
+                read_only: Some(true),
+                ..VolumeMount::default()
+            },
+            VolumeMount {
+                name: "cluster-tls".to_owned(),
+                mount_path: credentials::TLS_DIR.to_owned(),
+                read_only: Some(true),
+                ..VolumeMount::default()
+            },
         ]),
         ..Container::default()
     };
@@ -269,14 +297,18 @@ pub fn statefulset_at(cluster: &UrsulaCluster, version: &str) -> StatefulSet {
                     service_account_name: Some(service_account_name(cluster)),
                     automount_service_account_token: Some(false),
                     termination_grace_period_seconds: Some(30),
-                    volumes: Some(vec![Volume {
-                        name: "config".to_owned(),
-                        config_map: Some(ConfigMapVolumeSource {
-                            name: format!("{}-config", cluster.name_any()),
-                            ..ConfigMapVolumeSource::default()
-                        }),
-                        ..Volume::default()
-                    }]),
+                    volumes: Some(vec![
+                        Volume {
+                            name: "config".to_owned(),
+                            config_map: Some(ConfigMapVolumeSource {
+                                name: format!("{}-config", cluster.name_any()),
+                                ..ConfigMapVolumeSource::default()
+                            }),
+                            ..Volume::default()
+                        },
+                        secret_volume("admin-token", credentials::admin_token_secret(cluster)),
+                        secret_volume("cluster-tls", credentials::tls_secret(cluster)),
+                    ]),
                     ..PodSpec::default()
                 }),
             },
@@ -339,6 +371,8 @@ pub(crate) mod tests {
                 },
                 object_store: None,
                 node_config: BTreeMap::new(),
+                client_access: Vec::new(),
+                network_policy: Default::default(),
                 paused: false,
             },
         );

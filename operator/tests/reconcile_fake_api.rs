@@ -42,7 +42,14 @@ async fn fake_admin(seen: Arc<Mutex<Vec<String>>>) -> String {
                     let seen = seen.clone();
                     async move {
                         let path = request.uri().path().to_owned();
-                        seen.lock().unwrap().push(path.clone());
+                        // What a node checks: the admin token, as a bearer token.
+                        let token = request
+                            .headers()
+                            .get("authorization")
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or("no token")
+                            .to_owned();
+                        seen.lock().unwrap().push(format!("{path} {token}"));
                         let body = match path.split('/').collect::<Vec<_>>().as_slice() {
                             ["", "admin", "buckets", bucket, "purge"] => json!({
                                 "bucket": bucket, "purged_streams": 4, "fenced": true
@@ -90,6 +97,7 @@ async fn setup() -> Setup {
         limits: Limits {
             ready_timeout: Duration::from_secs(600),
         },
+        namespace: Some("ursula-system".into()),
     });
     Setup {
         api,
@@ -140,6 +148,16 @@ async fn reconcile(setup: &Setup) -> Value {
     setup.api.get(CLUSTER).expect("cluster")
 }
 
+/// The admin token the operator made for the cluster, as its Secret holds it.
+fn admin_token(api: &FakeApiServer) -> String {
+    let secret = api
+        .get("/api/v1/namespaces/ns/secrets/uc-admin-token")
+        .expect("the admin token Secret");
+    let token: k8s_openapi::ByteString =
+        serde_json::from_value(secret["data"]["token"].clone()).expect("base64");
+    String::from_utf8(token.0).expect("UTF-8")
+}
+
 fn condition(cluster: &Value, type_: &str) -> String {
     cluster["status"]["conditions"]
         .as_array()
@@ -158,9 +176,27 @@ async fn fake_api_a_new_cluster_gets_every_object_at_its_version() {
         "/api/v1/namespaces/ns/services/uc-headless",
         "/api/v1/namespaces/ns/services/uc",
         "/apis/policy/v1/namespaces/ns/poddisruptionbudgets/uc-voters",
+        "/apis/networking.k8s.io/v1/namespaces/ns/networkpolicies/uc-voters",
+        "/api/v1/namespaces/ns/secrets/uc-admin-token",
+        "/api/v1/namespaces/ns/secrets/uc-ca",
+        "/api/v1/namespaces/ns/secrets/uc-cluster-tls",
     ] {
         assert!(setup.api.get(path).is_some(), "{path} was not applied");
     }
+    assert_eq!(admin_token(&setup.api).len(), 64);
+    // A second reconcile keeps the token and the certificates.
+    let tls = setup
+        .api
+        .get("/api/v1/namespaces/ns/secrets/uc-cluster-tls");
+    let token = admin_token(&setup.api);
+    reconcile(&setup).await;
+    assert_eq!(admin_token(&setup.api), token);
+    assert_eq!(
+        setup
+            .api
+            .get("/api/v1/namespaces/ns/secrets/uc-cluster-tls"),
+        tls
+    );
     assert!(image(&setup.api.get(SET).expect("voters")).ends_with(":0.7.2"));
     assert!(image(&setup.api.get(GATEWAYS).expect("gateways")).ends_with(":0.7.2"));
     // Pods are not ready yet: progressing, not available.
@@ -209,7 +245,7 @@ async fn fake_api_an_upgrade_rolls_gateways_then_drains_and_replaces_voters_one_
     assert_eq!(replacing["status"]["upgradeStep"], "voter 2");
     assert_eq!(
         *setup.admin_seen.lock().unwrap(),
-        vec!["/admin/drain".to_owned()]
+        vec![format!("/admin/drain Bearer {}", admin_token(&setup.api))]
     );
     assert_eq!(
         *setup.api.deleted.lock().unwrap(),
@@ -237,6 +273,8 @@ async fn fake_api_an_upgrade_rolls_gateways_then_drains_and_replaces_voters_one_
 async fn fake_api_a_bucket_purge_succeeds_through_a_voter_and_is_not_repeated() {
     let setup = setup().await;
     setup.api.put(CLUSTER, cluster("0.7.2"));
+    // The cluster's reconciler makes its admin token.
+    reconcile(&setup).await;
     let path = "/apis/ursula.io/v1alpha1/namespaces/ns/bucketpurges/p";
     setup.api.put(
         path,
@@ -253,7 +291,10 @@ async fn fake_api_a_bucket_purge_succeeds_through_a_voter_and_is_not_repeated() 
     assert_eq!(done["status"]["purgedStreams"], 4);
     assert_eq!(
         *setup.admin_seen.lock().unwrap(),
-        vec!["/admin/buckets/old-data/purge".to_owned()]
+        vec![format!(
+            "/admin/buckets/old-data/purge Bearer {}",
+            admin_token(&setup.api)
+        )]
     );
     // Finished: a later reconcile does not purge again.
     let object: BucketPurge = serde_json::from_value(done).unwrap();

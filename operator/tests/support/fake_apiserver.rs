@@ -46,6 +46,18 @@ fn not_found(path: &str) -> Response<Full<Bytes>> {
 }
 
 /// Applied fields replace the stored ones, objects merged key by key.
+/// Whether `path` names a collection (`/api/v1/namespaces/ns/pods`), not one object in it.
+fn is_collection(path: &str) -> bool {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match segments.first() {
+        // api/v1/{resource} or api/v1/namespaces/{ns}/{resource}
+        Some(&"api") => segments.len() == 3 || segments.len() == 5,
+        // apis/{group}/{version}/{resource} or .../namespaces/{ns}/{resource}
+        Some(&"apis") => segments.len() == 4 || segments.len() == 6,
+        _ => false,
+    }
+}
+
 fn merge(stored: &mut Value, applied: &Value) {
     match (stored, applied) {
         (Value::Object(stored), Value::Object(applied)) => {
@@ -123,7 +135,7 @@ impl FakeApiServer {
                     })
                     .map(|(_, object)| object.clone())
                     .collect();
-                if path.ends_with('s') && !path.contains("/status") {
+                if is_collection(&path) {
                     return respond(
                         StatusCode::OK,
                         json!({"apiVersion": "v1", "kind": "List",
@@ -157,6 +169,21 @@ impl FakeApiServer {
             }
             Method::POST if path.ends_with("/events") => {
                 self.events.lock().unwrap().push(parsed.clone());
+                respond(StatusCode::CREATED, parsed)
+            }
+            // A create: 409 when the object exists, as the API server answers.
+            Method::POST => {
+                let name = parsed["metadata"]["name"].as_str().unwrap_or_default();
+                let object_path = format!("{path}/{name}");
+                if objects.contains_key(&object_path) {
+                    return respond(
+                        StatusCode::CONFLICT,
+                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                               "reason": "AlreadyExists", "code": 409,
+                               "message": format!("{object_path} already exists")}),
+                    );
+                }
+                objects.insert(object_path, parsed.clone());
                 respond(StatusCode::CREATED, parsed)
             }
             Method::DELETE => match objects.remove(&path) {
