@@ -175,6 +175,7 @@ class VoterProcesses(threading.Thread):
         self.error = None
         self.passes = 0
         self.quiet = False
+        self.secrets_this_pass = {}
 
     def secret_volumes(self, ordinal, pod_spec):
         """Writes the pod's Secret volumes as a kubelet does, each Secret key a file of the
@@ -191,7 +192,9 @@ class VoterProcesses(threading.Thread):
             secret_name = secrets.get(mount["name"])
             if secret_name is None:
                 continue
-            secret = get_json("secret", "-n", NS, secret_name)
+            if secret_name not in self.secrets_this_pass:
+                self.secrets_this_pass[secret_name] = get_json("secret", "-n", NS, secret_name)
+            secret = self.secrets_this_pass[secret_name]
             directory = self.workdir / f"voter-{ordinal}-{mount['name']}"
             directory.mkdir(mode=0o700, exist_ok=True)
             for key, value in secret.get("data", {}).items():
@@ -233,6 +236,7 @@ class VoterProcesses(threading.Thread):
         self.log.append((time.monotonic(), ordinal, "stopped"))
 
     def sync(self):
+        self.secrets_this_pass = {}  # each Secret read once per pass, for every voter
         pods = get_json("pods", "-n", NS, "-l", f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/name=ursula-node")
         live = {}
         for pod in pods["items"]:
