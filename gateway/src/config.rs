@@ -51,6 +51,12 @@ pub struct Config {
     /// Identical long-polls in flight at once share one upstream request and its answer
     /// (see `collapse.rs`).
     pub collapse_long_polls: bool,
+    /// TLS on the client listener: the certificate (chain) and key, PEM, picked up again
+    /// when they change.
+    pub tls_cert_file: Option<std::path::PathBuf>,
+    pub tls_key_file: Option<std::path::PathBuf>,
+    /// The CA that `https://` upstreams' certificates chain to.
+    pub upstream_ca_file: Option<std::path::PathBuf>,
 }
 
 impl Default for Config {
@@ -70,6 +76,9 @@ impl Default for Config {
             upstream_link: true,
             shared_tails: true,
             collapse_long_polls: true,
+            tls_cert_file: None,
+            tls_key_file: None,
+            upstream_ca_file: None,
         }
     }
 }
@@ -101,9 +110,21 @@ impl Config {
             ));
         }
         for upstream in &self.upstreams {
-            crate::upstream::Origin::parse(upstream).ok_or_else(|| {
-                ConfigError::Invalid(format!("upstream {upstream:?} is not an http:// URL"))
+            let origin = crate::upstream::Origin::parse(upstream).ok_or_else(|| {
+                ConfigError::Invalid(format!(
+                    "upstream {upstream:?} is not an http:// or https:// URL"
+                ))
             })?;
+            if origin.is_tls() && self.upstream_ca_file.is_none() {
+                return Err(ConfigError::Invalid(format!(
+                    "upstream {upstream:?} is https://: --upstream-ca names the CA its certificate chains to"
+                )));
+            }
+        }
+        if self.tls_cert_file.is_some() != self.tls_key_file.is_some() {
+            return Err(ConfigError::Invalid(
+                "--tls-cert and --tls-key go together".into(),
+            ));
         }
         Ok(())
     }

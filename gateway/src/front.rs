@@ -178,7 +178,8 @@ mod tests {
             upstreams: vec!["http://127.0.0.1:9".into()],
             ..Default::default()
         };
-        let gateway = Arc::new(Gateway::new(config, None));
+        let trusted = Arc::new(ursula_tls::client_trusting_none().unwrap());
+        let gateway = Arc::new(Gateway::new(config, None, trusted));
         let post = async |path: &str| {
             let request = Request::builder()
                 .method("POST")

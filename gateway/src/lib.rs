@@ -42,6 +42,8 @@ pub struct Running {
     pub addr: SocketAddr,
     pub admin_addr: SocketAddr,
     pub gateway: Arc<Gateway>,
+    /// Dropped, the TLS files are no longer watched.
+    _stop_watching: tokio::sync::watch::Sender<bool>,
 }
 
 pub async fn start(config: Config) -> Result<Running, StartError> {
@@ -62,17 +64,48 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         Some(path) => Some(access::Access::load(path).map_err(ConfigError::Invalid)?),
         None => None,
     };
-    let gateway = Arc::new(Gateway::new(config, access));
-    tokio::spawn(serve(listener, front::client(gateway.clone())));
-    tokio::spawn(serve(admin, front::admin(gateway.clone())));
+    // `https://` upstreams are checked against `upstream_ca_file` (`validate` makes sure
+    // there is one); without it no server is trusted, and none is reached over TLS.
+    let upstream_tls = match &config.upstream_ca_file {
+        Some(ca) => ursula_tls::client_trusting(ca, &[]),
+        None => ursula_tls::client_trusting_none(),
+    }
+    .map_err(ConfigError::Invalid)?;
+    let (stop_watching, watching) = tokio::sync::watch::channel(false);
+    let client_tls = match (&config.tls_cert_file, &config.tls_key_file) {
+        (Some(cert_file), Some(key_file)) => {
+            let files = ursula_tls::Tls::load(ursula_tls::TlsFiles {
+                ca_file: None,
+                cert_file: cert_file.clone(),
+                key_file: key_file.clone(),
+            })
+            .map_err(ConfigError::Invalid)?;
+            let server = files
+                .server_config(&[b"h2", b"http/1.1"])
+                .map_err(ConfigError::Invalid)?;
+            tokio::spawn(files.watch(TLS_RELOAD_INTERVAL, watching));
+            Some(tokio_rustls::TlsAcceptor::from(server))
+        }
+        _ => None,
+    };
+    let gateway = Arc::new(Gateway::new(config, access, Arc::new(upstream_tls)));
+    tokio::spawn(serve(listener, client_tls, front::client(gateway.clone())));
+    tokio::spawn(serve(admin, None, front::admin(gateway.clone())));
     Ok(Running {
         addr,
         admin_addr,
         gateway,
+        _stop_watching: stop_watching,
     })
 }
 
-async fn serve<S>(listener: TcpListener, service: S)
+/// How often the client listener's certificate files are read again.
+const TLS_RELOAD_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How long a client may take over its TLS handshake.
+const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+async fn serve<S>(listener: TcpListener, tls: Option<tokio_rustls::TlsAcceptor>, service: S)
 where
     S: tower::Service<
             http::Request<hyper::body::Incoming>,
@@ -90,11 +123,27 @@ where
         };
         let _ = stream.set_nodelay(true);
         let service = service.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            if let Err(error) = auto::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(stream), service)
-                .await
-            {
+            let served = match tls {
+                None => {
+                    auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await
+                }
+                Some(tls) => {
+                    match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, tls.accept(stream)).await {
+                        Ok(Ok(stream)) => {
+                            auto::Builder::new(TokioExecutor::new())
+                                .serve_connection(TokioIo::new(stream), service)
+                                .await
+                        }
+                        Ok(Err(error)) => Err(error.into()),
+                        Err(_) => Err("the TLS handshake timed out".into()),
+                    }
+                }
+            };
+            if let Err(error) = served {
                 tracing::debug!(%error, "connection ended with an error");
             }
         });

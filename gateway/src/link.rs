@@ -14,10 +14,12 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, Bytes, BytesMut};
 use http::{HeaderMap, Method};
 use parking_lot::Mutex;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use ursula_wire::link::{self, Frame};
+
+use crate::upstream::Origin;
 
 /// Requests written with one call at most.
 const REQUESTS_PER_WRITE: usize = 256;
@@ -59,6 +61,11 @@ struct Slot {
     /// `host:port`.
     address: String,
     host: http::HeaderValue,
+    /// For an `https://` node: TLS to it, checked against the name in its URL.
+    tls: Option<(
+        tokio_rustls::TlsConnector,
+        rustls::pki_types::ServerName<'static>,
+    )>,
     open: Mutex<Option<Arc<Connection>>>,
     /// Held by the one request that opens the link; the others use HTTP meanwhile.
     opening: tokio::sync::Mutex<()>,
@@ -66,14 +73,27 @@ struct Slot {
 }
 
 impl Links {
-    /// `origins` are `http://host:port`, as `upstream::Origin` spells them.
-    pub fn new<'a>(origins: impl Iterator<Item = &'a str>, connect_timeout: Duration) -> Self {
+    /// One link per node of `origins`; those that are `https://` go over TLS with `tls`
+    /// (which trusts the CA of `upstream_ca_file`).
+    pub fn new<'a>(
+        origins: impl Iterator<Item = &'a Origin>,
+        connect_timeout: Duration,
+        tls: &Arc<rustls::ClientConfig>,
+    ) -> Self {
         let slots = origins
-            .map(|origin| origin.trim_start_matches("http://"))
-            .map(|address| Slot {
-                address: address.to_owned(),
-                host: http::HeaderValue::from_str(address)
+            .map(|origin| Slot {
+                address: origin.address().to_owned(),
+                host: http::HeaderValue::from_str(origin.address())
                     .unwrap_or(http::HeaderValue::from_static("localhost")),
+                tls: origin
+                    .is_tls()
+                    .then(|| {
+                        let name =
+                            rustls::pki_types::ServerName::try_from(origin.host().to_owned())
+                                .ok()?;
+                        Some((tokio_rustls::TlsConnector::from(tls.clone()), name))
+                    })
+                    .flatten(),
                 open: Mutex::new(None),
                 opening: tokio::sync::Mutex::new(()),
                 http_only_until: Mutex::new(None),
@@ -135,7 +155,7 @@ impl Links {
         if slot.http_only() {
             return None;
         }
-        match tokio::time::timeout(self.connect_timeout, open(&slot.address)).await {
+        match tokio::time::timeout(self.connect_timeout, open(slot)).await {
             Ok(Ok(connection)) => {
                 *slot.open.lock() = Some(connection.clone());
                 Some(connection)
@@ -187,9 +207,15 @@ impl From<std::io::Error> for Refused {
     }
 }
 
-/// Connects and upgrades; frames the node sent right after its `101` are kept.
-async fn open(address: &str) -> Result<Arc<Connection>, Refused> {
-    let mut stream = TcpStream::connect(address).await?;
+/// A link's byte stream: TCP, or TLS over it.
+trait Wire: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Wire for T {}
+
+/// Connects (over TLS to an `https://` node) and upgrades; frames the node sent right after
+/// its `101` are kept.
+async fn open(slot: &Slot) -> Result<Arc<Connection>, Refused> {
+    let address = slot.address.as_str();
+    let stream = TcpStream::connect(address).await?;
     stream.set_nodelay(true)?;
     // A node whose host dies without a word must not hold the link's requests forever: data
     // unacknowledged for `DEAD_PEER` fails the link, and so does an idle link whose probes
@@ -202,6 +228,10 @@ async fn open(address: &str) -> Result<Arc<Connection>, Refused> {
             .with_interval(DEAD_PEER / 10)
             .with_retries(5),
     )?;
+    let mut stream: Box<dyn Wire> = match &slot.tls {
+        Some((connector, name)) => Box::new(connector.connect(name.clone(), stream).await?),
+        None => Box::new(stream),
+    };
     let upgrade = format!(
         "GET {} HTTP/1.1\r\nhost: {address}\r\nconnection: upgrade\r\nupgrade: {}\r\n\r\n",
         link::PATH,
@@ -283,7 +313,7 @@ impl LinkState {
 /// (the slot opened a new link) and no answer is awaited.
 async fn drive(
     link: Arc<LinkState>,
-    mut stream: TcpStream,
+    stream: Box<dyn Wire>,
     mut queued: mpsc::UnboundedReceiver<Outgoing>,
     mut buffer: BytesMut,
 ) {
@@ -292,7 +322,7 @@ async fn drive(
         link: link.clone(),
         reason: "the gateway link's task ended".to_owned(),
     };
-    let (mut reader, mut writer) = stream.split();
+    let (mut reader, mut writer) = tokio::io::split(stream);
     let mut batch = Vec::with_capacity(REQUESTS_PER_WRITE);
     let mut out = BytesMut::with_capacity(READ_BUFFER);
     let mut accepting = true;

@@ -41,6 +41,15 @@ struct Args {
     /// Access control and tenant limits: the keys file (see README) [config: access_keys_file].
     #[arg(long, value_name = "FILE")]
     access_keys_file: Option<PathBuf>,
+    /// TLS on the client listener: its certificate chain, PEM [config: tls_cert_file].
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    /// The key of --tls-cert, PEM [config: tls_key_file].
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<PathBuf>,
+    /// The CA that https:// upstreams' certificates chain to, PEM [config: upstream_ca_file].
+    #[arg(long, value_name = "FILE")]
+    upstream_ca: Option<PathBuf>,
 }
 
 #[global_allocator]
@@ -86,6 +95,15 @@ fn main() -> ExitCode {
     }
     if let Some(file) = args.access_keys_file {
         config.access_keys_file = Some(file);
+    }
+    if let Some(file) = args.tls_cert {
+        config.tls_cert_file = Some(file);
+    }
+    if let Some(file) = args.tls_key {
+        config.tls_key_file = Some(file);
+    }
+    if let Some(file) = args.upstream_ca {
+        config.upstream_ca_file = Some(file);
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

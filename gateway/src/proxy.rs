@@ -23,7 +23,7 @@ use crate::refusal::{Body, Refusal, full};
 use crate::upstream::Upstreams;
 
 pub struct Gateway {
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
     /// `None` when `upstream_link` is off.
     links: Option<Links>,
     /// `None` when `shared_tails` is off.
@@ -79,18 +79,29 @@ impl Gateway {
             .map_or((0, 0), crate::tails::Tails::gauges)
     }
 
-    pub fn new(config: Config, access: Option<Access>) -> Self {
+    pub fn new(
+        config: Config,
+        access: Option<Access>,
+        upstream_tls: std::sync::Arc<rustls::ClientConfig>,
+    ) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(config.connect_timeout));
+        connector.enforce_http(false);
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config((*upstream_tls).clone())
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(connector);
         let client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(256)
             .build(connector);
         let upstreams = Upstreams::new(&config.upstreams);
         let links = config.upstream_link.then(|| {
             Links::new(
-                (0..upstreams.len()).map(|i| upstreams.origin(i).as_str()),
+                (0..upstreams.len()).map(|i| upstreams.origin(i)),
                 config.connect_timeout,
+                &upstream_tls,
             )
         });
         let tails = config.shared_tails.then(crate::tails::Tails::default);

@@ -13,11 +13,13 @@ impl Origin {
     pub fn parse(url: &str) -> Option<Self> {
         let uri: http::Uri = url.parse().ok()?;
         let scheme = uri.scheme_str()?.to_ascii_lowercase();
-        if scheme != "http" {
-            return None;
-        }
+        let default_port = match scheme.as_str() {
+            "http" => 80,
+            "https" => 443,
+            _ => return None,
+        };
         let authority = uri.authority()?;
-        let port = authority.port_u16().unwrap_or(80);
+        let port = authority.port_u16().unwrap_or(default_port);
         Some(Self(format!(
             "{scheme}://{}:{port}",
             authority.host().to_ascii_lowercase()
@@ -26,6 +28,22 @@ impl Origin {
 
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// Whether the node is reached over TLS.
+    pub fn is_tls(&self) -> bool {
+        self.0.starts_with("https://")
+    }
+
+    /// `host:port`.
+    pub fn address(&self) -> &str {
+        self.0.split_once("://").map_or(&self.0, |(_, rest)| rest)
+    }
+
+    /// The host, the name a TLS server certificate must carry.
+    pub fn host(&self) -> &str {
+        let address = self.address();
+        address.rsplit_once(':').map_or(address, |(host, _)| host)
     }
 }
 
@@ -98,7 +116,12 @@ mod tests {
         assert_eq!(ups.find("http://node-2:4437/demo/s"), None);
         assert_eq!(ups.find("/relative"), None);
         assert_eq!(Origin::parse("http://h/x").unwrap().as_str(), "http://h:80");
-        assert!(Origin::parse("https://h/x").is_none());
+        let secure = Origin::parse("https://Node-1.example/x").unwrap();
+        assert_eq!(secure.as_str(), "https://node-1.example:443");
+        assert!(secure.is_tls());
+        assert_eq!(secure.address(), "node-1.example:443");
+        assert_eq!(secure.host(), "node-1.example");
+        assert!(Origin::parse("ftp://h/x").is_none());
     }
 
     #[test]

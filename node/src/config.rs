@@ -79,6 +79,32 @@ pub struct ServerConfig {
     /// Mutual TLS between voters on the cluster listener. Peers' `cluster_url`s are then
     /// `https://`.
     pub cluster_tls: Option<ClusterTlsConfig>,
+    /// TLS on the client listener (HTTP/1.1 and HTTP/2 by ALPN).
+    pub tls: Option<ServerTlsConfig>,
+}
+
+/// A listener's certificate (chain) and key: PEM files, watched for rotation.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerTlsConfig {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    /// How often the files are read again; changed files take effect without a restart.
+    #[serde(
+        deserialize_with = "duration",
+        default = "ClusterTlsConfig::default_reload"
+    )]
+    pub reload_interval: Duration,
+}
+
+impl ServerTlsConfig {
+    pub fn files(&self) -> ursula_tls::TlsFiles {
+        ursula_tls::TlsFiles {
+            ca_file: None,
+            cert_file: self.cert_file.clone(),
+            key_file: self.key_file.clone(),
+        }
+    }
 }
 
 /// A voter's certificate and key, and the cluster's CA: PEM files, watched for rotation.
@@ -104,8 +130,8 @@ impl ClusterTlsConfig {
         Duration::from_secs(10)
     }
 
-    pub fn files(&self) -> crate::tls::TlsFiles {
-        crate::tls::TlsFiles {
+    pub fn files(&self) -> ursula_tls::TlsFiles {
+        ursula_tls::TlsFiles {
             ca_file: Some(self.ca_file.clone()),
             cert_file: self.cert_file.clone(),
             key_file: self.key_file.clone(),
@@ -340,6 +366,7 @@ impl Default for ServerConfig {
             request_timeout: Duration::from_secs(5),
             admin_token_file: None,
             cluster_tls: None,
+            tls: None,
             metrics_require_token: false,
         }
     }

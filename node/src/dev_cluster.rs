@@ -102,7 +102,7 @@ pub fn run(cluster: DevCluster) -> ExitCode {
         dir: cluster.data_dir.join("tls"),
     };
     let ids: Vec<u64> = (1..=cluster.voters).collect();
-    if let Err(error) = certs.write("ursula dev cluster", &ids, CERTS_VALID_FOR) {
+    if let Err(error) = certs.write("ursula dev cluster", &ids, &[], CERTS_VALID_FOR) {
         eprintln!(
             "ursula-node dev-cluster: cannot write certificates to {:?}: {error}",
             certs.dir

@@ -16,7 +16,6 @@ pub mod names;
 pub mod offset;
 mod shutdown;
 pub mod storage;
-pub mod tls;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -225,6 +224,21 @@ pub async fn start(config: Config) -> Result<Node, StartError> {
             config.server.compat_bucket.clone(),
         ));
     }
+    let client_tls = match &config.server.tls {
+        Some(tls) => {
+            let invalid = |message| config::ConfigError::Invalid {
+                key: "server.tls",
+                message,
+            };
+            let files = ursula_tls::Tls::load(tls.files()).map_err(invalid)?;
+            let server = files
+                .server_config(&[b"h2", b"http/1.1"])
+                .map_err(invalid)?;
+            tokio::spawn(files.watch(tls.reload_interval, stop_signal.clone()));
+            Some(tokio_rustls::TlsAcceptor::from(server))
+        }
+        None => None,
+    };
     let app = Arc::new(http::App::new(
         groups.clone(),
         Arc::new(config),
@@ -232,7 +246,7 @@ pub async fn start(config: Config) -> Result<Node, StartError> {
         stop_signal.clone(),
     ));
     let grace = app.config.server.shutdown_grace;
-    let client_server = tokio::spawn(http::serve(client, app, stop_signal));
+    let client_server = tokio::spawn(http::serve(client, app, client_tls, stop_signal));
     for engine in groups.all() {
         tokio::spawn(housekeeping::sweep(engine.clone()));
     }

@@ -63,6 +63,10 @@ enum Tool {
         /// How long the certificates are valid, e.g. 90d.
         #[arg(long, value_name = "DURATION", default_value = "365d", value_parser = parse_duration)]
         valid_for: std::time::Duration,
+        /// More names (or IP addresses) every certificate carries, comma-separated, so that
+        /// it serves the client listener's TLS (`server.tls`) too.
+        #[arg(long, value_delimiter = ',')]
+        names: Vec<String>,
     },
 }
 
@@ -116,9 +120,14 @@ fn init_logging() {
         .init();
 }
 
-fn issue_certs(dir: PathBuf, nodes: &[u64], valid_for: std::time::Duration) -> ExitCode {
+fn issue_certs(
+    dir: PathBuf,
+    nodes: &[u64],
+    valid_for: std::time::Duration,
+    names: &[String],
+) -> ExitCode {
     let files = ursula_wire::issue::ClusterFiles { dir };
-    if let Err(error) = files.write("ursula cluster", nodes, valid_for) {
+    if let Err(error) = files.write("ursula cluster", nodes, names, valid_for) {
         eprintln!(
             "ursula-node issue-certs: cannot write {}: {error}",
             files.dir.display()
@@ -153,7 +162,8 @@ fn main() -> ExitCode {
             dir,
             nodes,
             valid_for,
-        }) => return issue_certs(dir, &nodes, valid_for),
+            names,
+        }) => return issue_certs(dir, &nodes, valid_for, &names),
         None => {}
     }
     let mut config = match &args.config {

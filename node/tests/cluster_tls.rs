@@ -240,7 +240,7 @@ fn only_a_voter_with_its_own_certificate_speaks_raft() {
             }
             // Snapshots and purges come over HTTP/2; node 3's certificate again.
             let node3 = ClusterTls::open(
-                ursula_node::tls::TlsFiles {
+                ursula_tls::TlsFiles {
                     ca_file: Some(certs.ca_file()),
                     cert_file: certs.cert_file(3),
                     key_file: certs.key_file(3),
@@ -349,7 +349,12 @@ fn rotated_certificates_take_effect_without_a_restart_and_lose_no_write() {
             for id in 1..=3 {
                 cluster
                     .certs
-                    .write_node(&cluster.authority, id, ursula_testkit::certs::VALID_FOR)
+                    .write_node(
+                        &cluster.authority,
+                        id,
+                        &[],
+                        ursula_testkit::certs::VALID_FOR,
+                    )
                     .unwrap();
             }
             for i in 0..3 {

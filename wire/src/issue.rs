@@ -175,12 +175,13 @@ impl ClusterFiles {
         )
     }
 
-    /// Writes a new CA named `name` and a certificate for each of `ids`, valid for
-    /// `valid_for`. Files already there are replaced.
+    /// Writes a new CA named `name` and a certificate for each of `ids` (which names
+    /// `dns_names` too), valid for `valid_for`. Files already there are replaced.
     pub fn write(
         &self,
         name: &str,
         ids: &[u64],
+        dns_names: &[String],
         valid_for: Duration,
     ) -> std::io::Result<Authority> {
         let authority = Authority::new(name, valid_for).map_err(std::io::Error::other)?;
@@ -188,7 +189,7 @@ impl ClusterFiles {
         write_file(&self.ca_file(), authority.cert_pem(), 0o644)?;
         write_file(&self.dir.join("ca.key"), authority.key_pem(), 0o600)?;
         for &id in ids {
-            self.write_node(&authority, id, valid_for)?;
+            self.write_node(&authority, id, dns_names, valid_for)?;
         }
         Ok(authority)
     }
@@ -198,10 +199,11 @@ impl ClusterFiles {
         &self,
         authority: &Authority,
         id: u64,
+        dns_names: &[String],
         valid_for: Duration,
     ) -> std::io::Result<()> {
         let issued = authority
-            .issue_node(id, &[], valid_for)
+            .issue_node(id, dns_names, valid_for)
             .map_err(std::io::Error::other)?;
         write_file(&self.key_file(id), &issued.key_pem, 0o600)?;
         write_file(&self.cert_file(id), &issued.cert_pem, 0o644)

@@ -1,6 +1,7 @@
 use bytes::Bytes;
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -19,22 +20,33 @@ pub fn run_id() -> u128 {
 #[derive(Clone)]
 pub struct Client {
     base: String,
-    inner: HyperClient<HttpConnector, Full<Bytes>>,
+    inner: HyperClient<HttpsConnector<HttpConnector>, Full<Bytes>>,
     leaders: std::sync::Arc<std::sync::RwLock<std::collections::HashMap<String, String>>>,
 }
 
 impl Client {
-    pub fn new(base: &str) -> Self {
+    /// A client of `base`; an `https://` one is trusted when its certificate chains to `ca`.
+    pub fn new(base: &str, ca: Option<&std::path::Path>) -> Result<Self, Error> {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
+        connector.enforce_http(false);
+        let trusted = match ca {
+            Some(ca) => ursula_tls::client_trusting(ca, &[])?,
+            None => ursula_tls::client_trusting_none()?,
+        };
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(trusted)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(connector);
         let inner = HyperClient::builder(TokioExecutor::new())
             .pool_max_idle_per_host(1024)
             .build(connector);
-        Self {
+        Ok(Self {
             base: base.trim_end_matches('/').to_owned(),
             inner,
             leaders: Default::default(),
-        }
+        })
     }
 
     /// Creates a stream, failing on anything but success.

@@ -38,6 +38,9 @@ struct Args {
     /// A label for the JSON output.
     #[arg(long, default_value = "server")]
     label: String,
+    /// For an `https://` URL: the CA the server's certificate chains to (PEM).
+    #[arg(long, value_name = "FILE")]
+    ca: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -140,7 +143,7 @@ fn main() {
         }
     };
     let result = runtime.block_on(async move {
-        let client = client::Client::new(&args.url);
+        let client = client::Client::new(&args.url, args.ca.as_deref())?;
         match args.command {
             Command::Append {
                 streams,

@@ -11,7 +11,7 @@ pub fn write_cluster(dir: &std::path::Path, ids: &[u64]) -> (ClusterFiles, Autho
         dir: dir.to_owned(),
     };
     let authority = files
-        .write("ursula test cluster", ids, VALID_FOR)
+        .write("ursula test cluster", ids, &[], VALID_FOR)
         .expect("cluster certificates");
     (files, authority)
 }

@@ -447,7 +447,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (files, _) = ursula_testkit::certs::write_cluster(dir.path(), &[1, 2]);
         let open = |id| {
-            let files = crate::tls::TlsFiles {
+            let files = ursula_tls::TlsFiles {
                 ca_file: Some(files.ca_file()),
                 cert_file: files.cert_file(id),
                 key_file: files.key_file(id),

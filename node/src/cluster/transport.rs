@@ -21,7 +21,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 use super::types::NodeId;
-use crate::tls::{Tls, TlsFiles};
+use ursula_tls::{Tls, TlsFiles};
 
 /// The ALPN protocol of a peer link (`peer_link`, `frame`).
 pub const LINK_ALPN: &[u8] = b"ursula-link/1";

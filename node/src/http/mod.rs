@@ -95,10 +95,18 @@ pub(crate) fn not_hosted(not_hosted: crate::groups::NotHosted) -> ApiError {
     }
 }
 
+/// How long a client may take over its TLS handshake.
+const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Accepts connections until `stopping` turns true; each connection speaks HTTP/1.1 or
-/// HTTP/2 (and may upgrade to a gateway link). Then waits for open connections to finish
-/// their requests, and links their answers, up to the grace.
-pub async fn serve(listener: TcpListener, app: Arc<App>, mut stopping: watch::Receiver<bool>) {
+/// HTTP/2 (and may upgrade to a gateway link), over TLS with `tls`. Then waits for open
+/// connections to finish their requests, and links their answers, up to the grace.
+pub async fn serve(
+    listener: TcpListener,
+    app: Arc<App>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    mut stopping: watch::Receiver<bool>,
+) {
     let graceful = GracefulShutdown::new();
     let service = TowerToHyperService::new(routes::service(app.clone()));
     loop {
@@ -115,20 +123,20 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, mut stopping: watch::Re
             }
         };
         let _ = stream.set_nodelay(true);
-        let mut builder = auto::Builder::new(TokioExecutor::new());
-        // Without half-close, hyper reads the socket while a request is being answered, to
-        // notice a client that hung up; each such read takes a fresh 8 KiB buffer, since the
-        // request's head still holds the last one: a large allocation per request (3% of the
-        // appends/s). A client that hangs up is noticed when its answer is written instead;
-        // a long-poll's wait is bounded by `server.long_poll_timeout`.
-        builder.http1().half_close(true);
-        let connection = builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), service.clone())
-            .into_owned();
-        let connection = graceful.watch(connection);
+        let Some(tls) = &tls else {
+            tokio::spawn(serve_connection(
+                stream,
+                service.clone(),
+                graceful.watcher(),
+            ));
+            continue;
+        };
+        let (tls, service, watcher) = (tls.clone(), service.clone(), graceful.watcher());
         tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!(%error, "connection ended with an error");
+            match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, tls.accept(stream)).await {
+                Ok(Ok(stream)) => serve_connection(stream, service, watcher).await,
+                Ok(Err(error)) => tracing::debug!(%error, "a client's TLS handshake failed"),
+                Err(_) => tracing::debug!("a client's TLS handshake timed out"),
             }
         });
     }
@@ -141,5 +149,33 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, mut stopping: watch::Re
     };
     if tokio::time::timeout(grace, connections_done).await.is_err() {
         tracing::warn!("connections still open after the shutdown grace");
+    }
+}
+
+/// One client connection, TCP or TLS, until it ends or the stop's grace runs out.
+async fn serve_connection<I, S>(io: I, service: S, watcher: hyper_util::server::graceful::Watcher)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    S: hyper::service::Service<
+            http::Request<hyper::body::Incoming>,
+            Response = http::Response<axum::body::Body>,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // Without half-close, hyper reads the socket while a request is being answered, to
+    // notice a client that hung up; each such read takes a fresh 8 KiB buffer, since the
+    // request's head still holds the last one: a large allocation per request (3% of the
+    // appends/s). A client that hangs up is noticed when its answer is written instead; a
+    // long-poll's wait is bounded by `server.long_poll_timeout`.
+    builder.http1().half_close(true);
+    let connection = builder
+        .serve_connection_with_upgrades(TokioIo::new(io), service)
+        .into_owned();
+    if let Err(error) = watcher.watch(connection).await {
+        tracing::debug!(%error, "connection ended with an error");
     }
 }

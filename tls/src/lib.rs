@@ -97,7 +97,7 @@ impl Tls {
         Ok(true)
     }
 
-    /// Polls the files every `every` until `stopping`.
+    /// Polls the files every `every` until `stopping` turns true (or its sender is gone).
     pub async fn watch(
         self: Arc<Self>,
         every: Duration,
@@ -107,7 +107,7 @@ impl Tls {
         loop {
             tokio::select! {
                 () = tokio::time::sleep(every) => {}
-                () = crate::shutdown::until_stopping(&mut stopping) => return,
+                _ = stopping.wait_for(|stop| *stop) => return,
             }
             match self.reload() {
                 Ok(true) => {
@@ -391,4 +391,37 @@ impl ClientCertVerifier for Current {
             .signature_verification_algorithms
             .supported_schemes()
     }
+}
+
+/// A client config that trusts the CA certificates in `ca_file` (and presents none), for a
+/// client of servers whose certificates that CA issued.
+pub fn client_trusting(
+    ca_file: &std::path::Path,
+    alpn: &[&[u8]],
+) -> Result<rustls::ClientConfig, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in certificates(&ca_file.to_path_buf())? {
+        roots
+            .add(cert)
+            .map_err(|e| format!("{}: not a CA certificate: {e}", ca_file.display()))?;
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Ok(config)
+}
+
+/// A client config that trusts no server: for a client that only ever speaks plain HTTP but
+/// whose type has room for TLS.
+pub fn client_trusting_none() -> Result<rustls::ClientConfig, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth())
 }
