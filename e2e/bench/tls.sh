@@ -56,7 +56,7 @@ for round in $(seq 1 "$rounds"); do
   [ $((round % 2)) = 0 ] && order=("${targets[1]}" "${targets[0]}")
   for target in "${order[@]}"; do
     label="${target%%:*}"; rest="${target#*:}"; pid="${rest##*:}"; url="${rest%:*}"
-    "$bin/ursula-bench" --url "$url" --ca "$work/tls/ca.pem" --label "$label" --prefix /bench append \
+    "$bin/ursula-bench" --url "$url" --ca "$work/tls/ca.pem" --label "$label" append \
       --writers "$writers" --duration "$duration" --server-pids "$pid,$node_pid" \
       | tee -a "$results"
   done

@@ -165,6 +165,11 @@ pub struct GatewaySpec {
     /// README). Turns access control on; without it the gateways let every request through.
     #[serde(default)]
     pub access_keys_secret: Option<String>,
+    /// A `kubernetes.io/tls` Secret in the cluster's namespace (`tls.crt`, `tls.key`, as
+    /// cert-manager writes them): the gateways serve clients over TLS (HTTP/1.1 and HTTP/2),
+    /// and pick a renewed certificate up without a restart.
+    #[serde(default)]
+    pub tls_secret: Option<String>,
 }
 
 /// What the operator observed and did.

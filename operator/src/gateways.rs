@@ -19,6 +19,8 @@ use crate::workloads::{
 const ACCESS_KEYS_DIR: &str = "/etc/ursula-gateway";
 /// The key of the keys file in that Secret.
 pub const ACCESS_KEYS_KEY: &str = "access-keys.toml";
+/// Where `spec.gateway.tlsSecret` (`tls.crt`, `tls.key`) is mounted.
+const TLS_DIR: &str = "/var/run/secrets/ursula/gateway-tls";
 
 /// The gateways, pointed at every voter's client listener directly (nothing in between may
 /// resend requests).
@@ -61,32 +63,52 @@ pub fn gateway_deployment_at(cluster: &UrsulaCluster, version: &str) -> Deployme
                 .as_ref()
                 .map(|_| format!("{ACCESS_KEYS_DIR}/{ACCESS_KEYS_KEY}")),
         ),
+        (
+            "--tls-cert",
+            options
+                .tls_secret
+                .as_ref()
+                .map(|_| format!("{TLS_DIR}/tls.crt")),
+        ),
+        (
+            "--tls-key",
+            options
+                .tls_secret
+                .as_ref()
+                .map(|_| format!("{TLS_DIR}/tls.key")),
+        ),
     ];
     for (flag, value) in flags {
         if let Some(value) = value {
             args.extend([flag.to_owned(), value]);
         }
     }
-    // The keys file comes from its Secret, mounted read-only; never through the pod spec.
-    let (volumes, volume_mounts) = match &options.access_keys_secret {
-        Some(secret) => (
-            Some(vec![Volume {
-                name: "access-keys".to_owned(),
-                secret: Some(SecretVolumeSource {
-                    secret_name: Some(secret.clone()),
-                    ..SecretVolumeSource::default()
-                }),
-                ..Volume::default()
-            }]),
-            Some(vec![VolumeMount {
-                name: "access-keys".to_owned(),
-                mount_path: ACCESS_KEYS_DIR.to_owned(),
-                read_only: Some(true),
-                ..VolumeMount::default()
-            }]),
-        ),
-        None => (None, None),
-    };
+    // The keys file and the TLS pair come from their Secrets, mounted read-only (not with
+    // `subPath`, so that rotated files reach the gateway); never through the pod spec.
+    let mut volumes = Vec::new();
+    let mut volume_mounts = Vec::new();
+    for (name, secret, dir) in [
+        ("access-keys", &options.access_keys_secret, ACCESS_KEYS_DIR),
+        ("tls", &options.tls_secret, TLS_DIR),
+    ] {
+        let Some(secret) = secret else { continue };
+        volumes.push(Volume {
+            name: name.to_owned(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(secret.clone()),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        });
+        volume_mounts.push(VolumeMount {
+            name: name.to_owned(),
+            mount_path: dir.to_owned(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        });
+    }
+    let volumes = (!volumes.is_empty()).then_some(volumes);
+    let volume_mounts = (!volume_mounts.is_empty()).then_some(volume_mounts);
     let container = Container {
         name: "gateway".to_owned(),
         image: Some(format!("{}:{version}", spec.gateway_image)),
@@ -171,15 +193,15 @@ mod tests {
             args.windows(2).find(|w| w[0] == name).map(|w| w[1].clone())
         };
         // (options, expected flags)
-        let cases: [(GatewaySpec, [Option<&str>; 4]); 3] = [
-            (GatewaySpec::default(), [None, None, None, None]),
+        let cases: [(GatewaySpec, [Option<&str>; 6]); 4] = [
+            (GatewaySpec::default(), [None, None, None, None, None, None]),
             (
                 GatewaySpec {
                     max_buffered_body_size: Some(1_048_576),
                     request_timeout: Some("30s".into()),
                     ..GatewaySpec::default()
                 },
-                [Some("1048576"), None, Some("30s"), None],
+                [Some("1048576"), None, Some("30s"), None, None, None],
             ),
             (
                 GatewaySpec {
@@ -192,6 +214,22 @@ mod tests {
                     Some("536870912"),
                     None,
                     Some("/etc/ursula-gateway/access-keys.toml"),
+                    None,
+                    None,
+                ],
+            ),
+            (
+                GatewaySpec {
+                    tls_secret: Some("prod-gateway-tls".into()),
+                    ..GatewaySpec::default()
+                },
+                [
+                    None,
+                    None,
+                    None,
+                    None,
+                    Some("/var/run/secrets/ursula/gateway-tls/tls.crt"),
+                    Some("/var/run/secrets/ursula/gateway-tls/tls.key"),
                 ],
             ),
         ];
@@ -205,6 +243,8 @@ mod tests {
                 "--max-buffered-snapshot-size",
                 "--request-timeout",
                 "--access-keys-file",
+                "--tls-cert",
+                "--tls-key",
             ];
             for (name, want) in names.iter().zip(expected) {
                 assert_eq!(flag(&args, name).as_deref(), want, "{name} for {options:?}");
@@ -212,16 +252,22 @@ mod tests {
             let pod = deployment.spec.template.spec.as_ref().unwrap();
             let mounts = pod.containers[0].volume_mounts.clone().unwrap_or_default();
             let volumes = pod.volumes.clone().unwrap_or_default();
-            match &options.access_keys_secret {
-                Some(secret) => {
-                    assert_eq!(volumes.len(), 1);
-                    let source = volumes[0].secret.as_ref().expect("a Secret volume");
-                    assert_eq!(source.secret_name.as_deref(), Some(secret.as_str()));
-                    assert_eq!(mounts.len(), 1);
-                    assert_eq!(mounts[0].mount_path, "/etc/ursula-gateway");
-                    assert_eq!(mounts[0].read_only, Some(true));
-                }
-                None => assert!(volumes.is_empty() && mounts.is_empty(), "{options:?}"),
+            let expected: Vec<(&String, &str)> = [
+                (&options.access_keys_secret, "/etc/ursula-gateway"),
+                (&options.tls_secret, "/var/run/secrets/ursula/gateway-tls"),
+            ]
+            .into_iter()
+            .filter_map(|(secret, dir)| secret.as_ref().map(|s| (s, dir)))
+            .collect();
+            assert_eq!(volumes.len(), expected.len(), "{options:?}");
+            assert_eq!(mounts.len(), expected.len(), "{options:?}");
+            for ((secret, dir), (volume, mount)) in expected.iter().zip(volumes.iter().zip(&mounts))
+            {
+                let source = volume.secret.as_ref().expect("a Secret volume");
+                assert_eq!(source.secret_name.as_deref(), Some(secret.as_str()));
+                assert_eq!(mount.mount_path, *dir);
+                assert_eq!(mount.name, volume.name);
+                assert_eq!(mount.read_only, Some(true));
             }
         }
     }

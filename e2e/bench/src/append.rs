@@ -59,7 +59,7 @@ pub async fn run(client: Client, prefix: &str, label: &str, o: Options) -> Resul
         tasks.push(tokio::spawn(async move {
             let mut samples = Vec::with_capacity(1 << 16);
             let mut errors = 0u64;
-            let mut connections = Connections::default();
+            let mut connections = Connections::new(client.tls());
             let mut i = w;
             while !stop.load(Ordering::Relaxed) {
                 let path = &paths[i % paths.len()];

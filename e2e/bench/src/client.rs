@@ -21,6 +21,8 @@ pub fn run_id() -> u128 {
 pub struct Client {
     base: String,
     inner: HyperClient<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    /// With `--ca`: how `lean` connections reach `https://` URLs.
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     leaders: std::sync::Arc<std::sync::RwLock<std::collections::HashMap<String, String>>>,
 }
 
@@ -30,8 +32,12 @@ impl Client {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.enforce_http(false);
-        let trusted = match ca {
-            Some(ca) => ursula_tls::client_trusting(ca, &[])?,
+        let tls = match ca {
+            Some(ca) => Some(std::sync::Arc::new(ursula_tls::client_trusting(ca, &[])?)),
+            None => None,
+        };
+        let trusted = match &tls {
+            Some(config) => (**config).clone(),
             None => ursula_tls::client_trusting_none()?,
         };
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
@@ -45,8 +51,13 @@ impl Client {
         Ok(Self {
             base: base.trim_end_matches('/').to_owned(),
             inner,
+            tls,
             leaders: Default::default(),
         })
+    }
+
+    pub fn tls(&self) -> Option<std::sync::Arc<rustls::ClientConfig>> {
+        self.tls.clone()
     }
 
     /// Creates a stream, failing on anything but success.

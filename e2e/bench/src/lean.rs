@@ -7,7 +7,9 @@
 
 use std::collections::HashMap;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use std::sync::Arc;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::client::Error;
@@ -21,13 +23,21 @@ pub struct Answer {
     pub body: Vec<u8>,
 }
 
-/// One writer's connections, by `host:port`.
+/// One writer's connections, by `host:port`; `https://` ones over TLS with `tls`.
 #[derive(Default)]
 pub struct Connections {
     open: HashMap<String, Connection>,
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl Connections {
+    pub fn new(tls: Option<Arc<rustls::ClientConfig>>) -> Self {
+        Self {
+            open: HashMap::new(),
+            tls,
+        }
+    }
+
     /// Sends one request to `url` (`http://host:port/path`) and reads its whole response. A
     /// connection that fails is dropped and the request fails; the next one reconnects.
     pub async fn send(
@@ -38,10 +48,15 @@ impl Connections {
         body: &[u8],
     ) -> Result<Answer, Error> {
         let (authority, path) = split_url(url)?;
+        let tls = if url.starts_with("https://") {
+            Some(self.tls.clone().ok_or("an https:// URL, and no --ca")?)
+        } else {
+            None
+        };
         let connection = match self.open.get_mut(authority) {
             Some(connection) => connection,
             None => {
-                let connection = Connection::open(authority).await?;
+                let connection = Connection::open(authority, tls).await?;
                 self.open.entry(authority.to_owned()).or_insert(connection)
             }
         };
@@ -58,24 +73,43 @@ impl Connections {
 fn split_url(url: &str) -> Result<(&str, &str), Error> {
     let rest = url
         .strip_prefix("http://")
-        .ok_or_else(|| format!("not an http:// URL: {url}"))?;
+        .or_else(|| url.strip_prefix("https://"))
+        .ok_or_else(|| format!("not an http:// or https:// URL: {url}"))?;
     Ok(match rest.find('/') {
         Some(slash) => (&rest[..slash], &rest[slash..]),
         None => (rest, "/"),
     })
 }
 
+/// A connection's byte stream: TCP, or TLS over it.
+trait Wire: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Wire for T {}
+
 struct Connection {
-    stream: TcpStream,
+    stream: Box<dyn Wire>,
     request: Vec<u8>,
     /// Bytes read and not yet consumed.
     input: Vec<u8>,
 }
 
 impl Connection {
-    async fn open(authority: &str) -> Result<Self, Error> {
-        let stream = TcpStream::connect(authority).await?;
-        stream.set_nodelay(true)?;
+    async fn open(authority: &str, tls: Option<Arc<rustls::ClientConfig>>) -> Result<Self, Error> {
+        let tcp = TcpStream::connect(authority).await?;
+        tcp.set_nodelay(true)?;
+        let stream: Box<dyn Wire> = match tls {
+            Some(config) => {
+                let host = authority
+                    .rsplit_once(':')
+                    .map_or(authority, |(host, _)| host);
+                let name = rustls::pki_types::ServerName::try_from(host.to_owned())?;
+                Box::new(
+                    tokio_rustls::TlsConnector::from(config)
+                        .connect(name, tcp)
+                        .await?,
+                )
+            }
+            None => Box::new(tcp),
+        };
         Ok(Self {
             stream,
             request: Vec::with_capacity(1024),
@@ -235,7 +269,7 @@ impl EventStream {
     pub async fn open(url: &str) -> Result<Self, Error> {
         use std::io::Write;
         let (authority, path) = split_url(url)?;
-        let mut connection = Connection::open(authority).await?;
+        let mut connection = Connection::open(authority, None).await?;
         write!(
             connection.request,
             "GET {path} HTTP/1.1\r\nhost: {authority}\r\naccept: text/event-stream\r\n\r\n"
