@@ -12,19 +12,18 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
+use kube::api::{Api, DeleteParams, ListParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Resource, ResourceExt};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 
 use crate::crd::{UrsulaCluster, UrsulaClusterStatus};
 use crate::nodes::Nodes;
 use crate::upgrade::{self, GatewayState, Limits, Observed, Step, VoterState};
 use crate::workloads;
 
-pub const FIELD_MANAGER: &str = "ursula-operator";
+pub use crate::apply::FIELD_MANAGER;
+use crate::apply::{apply, apply_status};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -165,22 +164,6 @@ async fn observe(
         voter_template,
         pod_uids,
     })
-}
-
-pub(crate) async fn apply<K>(client: &kube::Client, ns: &str, object: &K) -> Result<(), Error>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + std::fmt::Debug
-        + Serialize
-        + DeserializeOwned,
-    K::DynamicType: Default,
-{
-    let api: Api<K> = Api::namespaced(client.clone(), ns);
-    let name = object.meta().name.clone().unwrap_or_default();
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    api.patch(&name, &params, &Patch::Apply(object)).await?;
-    Ok(())
 }
 
 fn condition(
@@ -534,35 +517,7 @@ async fn write_status(
     name: &str,
     status: &UrsulaClusterStatus,
 ) -> Result<(), Error> {
-    apply_status::<UrsulaCluster>(client, ns, name, status).await
-}
-
-/// Writes a custom resource's status with server-side apply (the status subresource).
-pub async fn apply_status<K>(
-    client: &kube::Client,
-    ns: &str,
-    name: &str,
-    status: &impl Serialize,
-) -> Result<(), Error>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + DeserializeOwned,
-{
-    let api: Api<K> = Api::namespaced(client.clone(), ns);
-    let patch = serde_json::json!({
-        "apiVersion": K::api_version(&()),
-        "kind": K::kind(&()),
-        "status": status,
-    });
-    api.patch_status(
-        name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
-    Ok(())
+    Ok(apply_status::<UrsulaCluster>(client, ns, name, status).await?)
 }
 
 pub fn error_policy(_cluster: Arc<UrsulaCluster>, error: &Error, _ctx: Arc<Context>) -> Action {

@@ -22,13 +22,10 @@ use kube::api::{Api, PostParams};
 use ursula_wire::issue::Authority;
 
 use crate::crd::UrsulaCluster;
+use crate::mounts::{
+    CA_FILE, TOKEN_KEY, admin_token_secret, ca_secret, cert_file, key_file, tls_secret,
+};
 use crate::workloads::{NODE, meta};
-
-/// Where the voters find the admin token and the cluster TLS files.
-pub const ADMIN_DIR: &str = "/var/run/secrets/ursula/admin";
-pub const TLS_DIR: &str = "/var/run/secrets/ursula/tls";
-/// The admin token Secret's key (and file name).
-pub const TOKEN_KEY: &str = "token";
 
 /// How long a voter's certificate is valid, and how long before it expires it is renewed.
 pub const CERT_LIFETIME: Duration = Duration::from_secs(90 * 86_400);
@@ -39,27 +36,6 @@ const CA_LIFETIME: Duration = Duration::from_secs(10 * 365 * 86_400);
 /// it was issued.
 pub const NOT_AFTER: &str = "ursula.io/not-after";
 pub const ISSUED_FOR: &str = "ursula.io/voters";
-
-pub fn admin_token_secret(cluster: &UrsulaCluster) -> String {
-    format!("{}-admin-token", cluster.name_any())
-}
-
-pub fn ca_secret(cluster: &UrsulaCluster) -> String {
-    format!("{}-ca", cluster.name_any())
-}
-
-pub fn tls_secret(cluster: &UrsulaCluster) -> String {
-    format!("{}-cluster-tls", cluster.name_any())
-}
-
-/// The TLS Secret's file names: the CA, and voter `ordinal`'s certificate and key.
-pub const CA_FILE: &str = "ca.crt";
-pub fn cert_file(ordinal: u8) -> String {
-    format!("node-{}.crt", u64::from(ordinal) + 1)
-}
-pub fn key_file(ordinal: u8) -> String {
-    format!("node-{}.key", u64::from(ordinal) + 1)
-}
 
 /// Why the voters' certificates are issued (again).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -244,12 +220,7 @@ pub async fn ensure(
         tracing::info!(cluster = %cluster.name_any(), ?why, "issuing the voters' certificates");
         let secret = voter_certificates(cluster, &authority)
             .map_err(|e| CredentialsError::Issue(e.to_string()))?;
-        crate::controller::apply(client, ns, &secret)
-            .await
-            .map_err(|e| match e {
-                crate::controller::Error::Kube(e) => CredentialsError::Kube(e),
-                other => CredentialsError::Issue(other.to_string()),
-            })?;
+        crate::apply::apply(client, ns, &secret).await?;
     }
     Ok(token)
 }

@@ -7,10 +7,12 @@
 //! apply them with server-side apply, write status conditions. `controller` and `purge` are the
 //! reconcilers the `ursula-operator` binary runs; `nodes` calls the nodes' admin API.
 
+pub mod apply;
 pub mod controller;
 pub mod crd;
 pub mod credentials;
 pub mod gateways;
+pub mod mounts;
 pub mod nodes;
 pub mod objects;
 pub mod policies;

@@ -123,7 +123,7 @@ pub fn node_config(cluster: &UrsulaCluster, ordinal: u8) -> Result<String, Inval
     server.insert("admin_listen".into(), listen(ports::ADMIN));
     server.insert("cluster_listen".into(), listen(ports::CLUSTER));
     // The Secrets of `credentials`, mounted by `workloads`.
-    use crate::credentials::{ADMIN_DIR, CA_FILE, TLS_DIR, TOKEN_KEY, cert_file, key_file};
+    use crate::mounts::{ADMIN_DIR, CA_FILE, TLS_DIR, TOKEN_KEY, cert_file, key_file};
     let file = |dir: &str, name: &str| Value::String(format!("{dir}/{name}"));
     server.insert("admin_token_file".into(), file(ADMIN_DIR, TOKEN_KEY));
     let mut tls = Table::new();

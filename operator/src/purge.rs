@@ -127,7 +127,7 @@ async fn write(
     name: &str,
     status: BucketPurgeStatus,
 ) -> Result<(), Error> {
-    crate::controller::apply_status::<BucketPurge>(&ctx.client, ns, name, &status).await
+    Ok(crate::apply::apply_status::<BucketPurge>(&ctx.client, ns, name, &status).await?)
 }
 
 pub fn error_policy(_purge: Arc<BucketPurge>, error: &Error, _ctx: Arc<Context>) -> Action {

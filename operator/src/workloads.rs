@@ -19,7 +19,7 @@ use kube::{Resource, ResourceExt};
 use ursula_wire::ports;
 
 use crate::crd::UrsulaCluster;
-use crate::credentials;
+use crate::mounts;
 use crate::objects::{InvalidSpec, headless_service_name, node_config};
 
 pub const NODE: &str = "ursula-node";
@@ -243,13 +243,13 @@ pub fn statefulset_at(cluster: &UrsulaCluster, version: &str) -> StatefulSet {
             },
             VolumeMount {
                 name: "admin-token".to_owned(),
-                mount_path: credentials::ADMIN_DIR.to_owned(),
+                mount_path: mounts::ADMIN_DIR.to_owned(),
                 read_only: Some(true),
                 ..VolumeMount::default()
             },
             VolumeMount {
                 name: "cluster-tls".to_owned(),
-                mount_path: credentials::TLS_DIR.to_owned(),
+                mount_path: mounts::TLS_DIR.to_owned(),
                 read_only: Some(true),
                 ..VolumeMount::default()
             },
@@ -306,8 +306,8 @@ pub fn statefulset_at(cluster: &UrsulaCluster, version: &str) -> StatefulSet {
                             }),
                             ..Volume::default()
                         },
-                        secret_volume("admin-token", credentials::admin_token_secret(cluster)),
-                        secret_volume("cluster-tls", credentials::tls_secret(cluster)),
+                        secret_volume("admin-token", mounts::admin_token_secret(cluster)),
+                        secret_volume("cluster-tls", mounts::tls_secret(cluster)),
                     ]),
                     ..PodSpec::default()
                 }),

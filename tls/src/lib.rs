@@ -30,11 +30,17 @@ pub struct TlsFiles {
     pub key_file: PathBuf,
 }
 
+/// How peers' certificates are checked against the CA: a server's, and a client's.
+struct Peers {
+    server: Arc<WebPkiServerVerifier>,
+    client: Arc<dyn ClientCertVerifier>,
+}
+
 /// What one reading of the files gave.
 struct Material {
     certified: Arc<CertifiedKey>,
     /// With a CA: how a peer's certificate is checked, in each direction.
-    peers: Option<(Arc<WebPkiServerVerifier>, Arc<dyn ClientCertVerifier>)>,
+    peers: Option<Arc<Peers>>,
     /// A digest of the files' contents, to tell a rotation from an unchanged poll.
     digest: [u8; 32],
 }
@@ -138,9 +144,10 @@ impl Tls {
     /// misissued certificate fails at start, not at every peer's handshake.
     pub fn check_own_name(&self, name: &str) -> Result<(), String> {
         let material = self.current();
-        let Some((verifier, _)) = &material.peers else {
+        let Some(peers) = &material.peers else {
             return Ok(());
         };
+        let verifier = &peers.server;
         let server_name = ServerName::try_from(name.to_owned()).map_err(|e| e.to_string())?;
         let chain = &material.certified.cert;
         verifier
@@ -260,7 +267,7 @@ fn load(files: &TlsFiles, provider: &Arc<CryptoProvider>) -> Result<Material, St
             let client = WebPkiClientVerifier::builder_with_provider(roots, provider.clone())
                 .build()
                 .map_err(|e| format!("{}: {e}", ca_file.display()))?;
-            Some((server, client))
+            Some(Arc::new(Peers { server, client }))
         }
     };
     Ok(Material {
@@ -283,6 +290,12 @@ fn certificates(path: &PathBuf) -> Result<Vec<CertificateDer<'static>>, String> 
 
 fn no_ca() -> rustls::Error {
     rustls::Error::General("no CA is configured to verify peers".into())
+}
+
+impl Current {
+    fn peers(&self) -> Result<Arc<Peers>, rustls::Error> {
+        self.0.current().peers.clone().ok_or_else(no_ca)
+    }
 }
 
 impl ResolvesServerCert for Current {
@@ -310,9 +323,13 @@ impl ServerCertVerifier for Current {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        let material = self.0.current();
-        let (verifier, _) = material.peers.as_ref().ok_or_else(no_ca)?;
-        verifier.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+        self.peers()?.server.verify_server_cert(
+            end_entity,
+            intermediates,
+            server_name,
+            ocsp_response,
+            now,
+        )
     }
 
     fn verify_tls12_signature(
@@ -321,9 +338,9 @@ impl ServerCertVerifier for Current {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        let material = self.0.current();
-        let (verifier, _) = material.peers.as_ref().ok_or_else(no_ca)?;
-        verifier.verify_tls12_signature(message, cert, dss)
+        self.peers()?
+            .server
+            .verify_tls12_signature(message, cert, dss)
     }
 
     fn verify_tls13_signature(
@@ -332,9 +349,9 @@ impl ServerCertVerifier for Current {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        let material = self.0.current();
-        let (verifier, _) = material.peers.as_ref().ok_or_else(no_ca)?;
-        verifier.verify_tls13_signature(message, cert, dss)
+        self.peers()?
+            .server
+            .verify_tls13_signature(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
@@ -358,9 +375,9 @@ impl ClientCertVerifier for Current {
         intermediates: &[CertificateDer<'_>],
         now: UnixTime,
     ) -> Result<ClientCertVerified, rustls::Error> {
-        let material = self.0.current();
-        let (_, verifier) = material.peers.as_ref().ok_or_else(no_ca)?;
-        verifier.verify_client_cert(end_entity, intermediates, now)
+        self.peers()?
+            .client
+            .verify_client_cert(end_entity, intermediates, now)
     }
 
     fn verify_tls12_signature(
@@ -369,9 +386,9 @@ impl ClientCertVerifier for Current {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        let material = self.0.current();
-        let (_, verifier) = material.peers.as_ref().ok_or_else(no_ca)?;
-        verifier.verify_tls12_signature(message, cert, dss)
+        self.peers()?
+            .client
+            .verify_tls12_signature(message, cert, dss)
     }
 
     fn verify_tls13_signature(
@@ -380,9 +397,9 @@ impl ClientCertVerifier for Current {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        let material = self.0.current();
-        let (_, verifier) = material.peers.as_ref().ok_or_else(no_ca)?;
-        verifier.verify_tls13_signature(message, cert, dss)
+        self.peers()?
+            .client
+            .verify_tls13_signature(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {

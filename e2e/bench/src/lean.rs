@@ -344,7 +344,8 @@ mod tests {
         let (authority, path) = split_url("http://127.0.0.1:4437/b/s?x=1").unwrap();
         assert_eq!((authority, path), ("127.0.0.1:4437", "/b/s?x=1"));
         assert_eq!(split_url("http://h:1").unwrap(), ("h:1", "/"));
-        assert!(split_url("https://h/x").is_err());
+        assert_eq!(split_url("https://h:2/x").unwrap(), ("h:2", "/x"));
+        assert!(split_url("ftp://h/x").is_err());
     }
 
     #[test]

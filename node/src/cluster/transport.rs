@@ -173,7 +173,7 @@ pub fn http2_client(
             .wrap_connector(connector),
         // Never used for TLS: cluster URLs are `http://` without `server.cluster_tls`.
         None => builder
-            .with_tls_config(plain_only()?)
+            .with_tls_config(ursula_tls::client_trusting_none()?)
             .https_or_http()
             .enable_http2()
             .wrap_connector(connector),
@@ -183,16 +183,6 @@ pub fn http2_client(
         .timer(TokioTimer::new())
         .http2_keep_alive_interval(Some(Duration::from_secs(5)))
         .build(https))
-}
-
-/// A client config that trusts no server, for the HTTP client of a cluster without TLS.
-fn plain_only() -> Result<rustls::ClientConfig, String> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    Ok(rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(rustls::RootCertStore::empty())
-        .with_no_client_auth())
 }
 
 /// `host:port` of a cluster URL; a URL without a scheme is taken as `host:port` already.
