@@ -74,6 +74,9 @@ start_cluster() {
   if [ "$with_tls" = 1 ]; then
     scheme=https
     "$node" issue-certs --dir "$work/$name-tls" --nodes 1,2,3 >/dev/null
+  elif "$node" issue-certs --help >/dev/null 2>&1; then
+    # A build with cluster TLS refuses peers without it unless told.
+    tls_key="allow_insecure_cluster = true\n"
   fi
   for id in 1 2 3; do
     p=$((base + 10 * id))

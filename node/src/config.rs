@@ -81,6 +81,9 @@ pub struct ServerConfig {
     pub cluster_tls: Option<ClusterTlsConfig>,
     /// TLS on the client listener (HTTP/1.1 and HTTP/2 by ALPN).
     pub tls: Option<ServerTlsConfig>,
+    /// Lets a node with peers start without `cluster_tls`: its cluster listener then trusts
+    /// whoever reaches it. Only where nothing but the voters can reach that port.
+    pub allow_insecure_cluster: bool,
 }
 
 /// A listener's certificate (chain) and key: PEM files, watched for rotation.
@@ -367,6 +370,7 @@ impl Default for ServerConfig {
             admin_token_file: None,
             cluster_tls: None,
             tls: None,
+            allow_insecure_cluster: false,
             metrics_require_token: false,
         }
     }
@@ -477,6 +481,15 @@ impl Config {
                     peer.client_url, peer.id
                 )));
             }
+        }
+        if self.is_replicated()
+            && self.server.cluster_tls.is_none()
+            && !self.server.allow_insecure_cluster
+        {
+            return Err(ConfigError::Invalid {
+                key: "server.cluster_tls",
+                message: "a node with peers needs mutual TLS between the voters (`ursula-node issue-certs` writes a CA and certificates), or server.allow_insecure_cluster = true where nothing but the voters reaches the cluster port".into(),
+            });
         }
         if self.is_replicated() && !ids.contains(&self.node_id) {
             return Err(invalid(format!(

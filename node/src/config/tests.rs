@@ -112,3 +112,39 @@ fn the_admin_token_file_is_checked_at_start() {
     ))
     .unwrap();
 }
+
+#[test]
+fn a_node_with_peers_needs_cluster_tls_or_says_it_does_without() {
+    let config = |scheme: &str, server: &str| {
+        let peers: String = (1..=3)
+            .map(|id| {
+                format!(
+                    "[[raft.peers]]\nid = {id}\ncluster_url = \"{scheme}://10.0.0.{id}:4439\"\nclient_url = \"http://10.0.0.{id}:4437\"\n"
+                )
+            })
+            .collect();
+        let text = format!("node_id = 1\n[server]\n{server}\n[raft]\n{peers}");
+        Config::from_toml(&text)
+            .unwrap()
+            .validate()
+            .map_err(|e| e.to_string())
+    };
+    let tls = "cluster_tls = { ca_file = \"ca.pem\", cert_file = \"n.pem\", key_file = \"n.key\" }";
+    for (scheme, server, refused_for) in [
+        ("http", "", Some("server.cluster_tls")),
+        ("http", "allow_insecure_cluster = true", None),
+        ("https", tls, None),
+        ("http", tls, Some("not an https:// URL")),
+        (
+            "https",
+            "allow_insecure_cluster = true",
+            Some("not an http:// URL"),
+        ),
+    ] {
+        match (config(scheme, server), refused_for) {
+            (Ok(()), None) => {}
+            (Err(error), Some(why)) => assert!(error.contains(why), "{scheme} {server}: {error}"),
+            (result, _) => panic!("{scheme} {server}: {result:?}"),
+        }
+    }
+}
