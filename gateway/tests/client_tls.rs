@@ -156,3 +156,45 @@ async fn a_gateway_refuses_to_start_with_https_upstreams_and_no_ca() {
     let error = ursula_gateway::start(config).await.err().expect("refused");
     assert!(error.to_string().contains("--upstream-ca"), "{error}");
 }
+
+#[tokio::test]
+async fn a_gateway_does_not_talk_to_a_node_whose_certificate_another_ca_signed() {
+    let certs = certs();
+    let data = tempfile::tempdir().unwrap();
+    let node = NodeProcess::start_with(
+        data.path(),
+        &format!(
+            "tls = {{ cert_file = {:?}, key_file = {:?} }}",
+            certs.cert, certs.key
+        ),
+        &[],
+    );
+    let stranger = Authority::new("another CA", VALID_FOR).unwrap();
+    let other_ca = data.path().join("other-ca.pem");
+    std::fs::write(&other_ca, stranger.cert_pem()).unwrap();
+    let gateway = support::gateway(vec![format!("https://{}", node.client_addr)], |config| {
+        config.upstream_ca_file = Some(other_ca.clone());
+        config.request_timeout = std::time::Duration::from_secs(2);
+    })
+    .await;
+    let plain = ursula_testkit::Client::new(gateway);
+    let refused = plain
+        .put("/untrusted/s", &[("content-type", "text/plain")], "")
+        .await;
+    assert!(
+        refused.status.is_server_error(),
+        "{}: {}",
+        refused.status,
+        refused.text()
+    );
+    // Nothing reached the node: the stream is not there.
+    let direct = client(&certs.ca, true);
+    let (status, _, _) = send(
+        &direct,
+        Method::GET,
+        &format!("https://{}/untrusted/s?offset=-1", node.client_addr),
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}

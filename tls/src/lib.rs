@@ -296,6 +296,27 @@ impl Current {
     fn peers(&self) -> Result<Arc<Peers>, rustls::Error> {
         self.0.current().peers.clone().ok_or_else(no_ca)
     }
+
+    // A handshake signature is checked the same way in both directions, and without the CA.
+    fn verify_tls12(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        let algorithms = &self.0.provider.signature_verification_algorithms;
+        rustls::crypto::verify_tls12_signature(message, cert, dss, algorithms)
+    }
+
+    fn verify_tls13(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        let algorithms = &self.0.provider.signature_verification_algorithms;
+        rustls::crypto::verify_tls13_signature(message, cert, dss, algorithms)
+    }
 }
 
 impl ResolvesServerCert for Current {
@@ -338,9 +359,7 @@ impl ServerCertVerifier for Current {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.peers()?
-            .server
-            .verify_tls12_signature(message, cert, dss)
+        self.verify_tls12(message, cert, dss)
     }
 
     fn verify_tls13_signature(
@@ -349,9 +368,7 @@ impl ServerCertVerifier for Current {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.peers()?
-            .server
-            .verify_tls13_signature(message, cert, dss)
+        self.verify_tls13(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
@@ -386,9 +403,7 @@ impl ClientCertVerifier for Current {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.peers()?
-            .client
-            .verify_tls12_signature(message, cert, dss)
+        self.verify_tls12(message, cert, dss)
     }
 
     fn verify_tls13_signature(
@@ -397,9 +412,7 @@ impl ClientCertVerifier for Current {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.peers()?
-            .client
-            .verify_tls13_signature(message, cert, dss)
+        self.verify_tls13(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
