@@ -207,7 +207,7 @@ impl RaftStateMachine<TypeConfig> for GroupStateMachine {
         .map_err(fail::write_snapshot)?;
         let index = meta.last_log_id.map_or(0, |id| id.index);
         self.registry
-            .set_stored(index.max(self.registry.stored_seq()));
+            .set_stored(index.max(self.registry.stored_seq()), &[]);
         self.registry
             .reset(machine.buckets(), machine.streams().map(|s| &s.meta), cold);
         self.machine = machine;

@@ -56,6 +56,7 @@ impl Applier {
         // Reused across commits: growing a fresh vector each time costs more than redb does.
         let mut effects: Vec<Effect> = Vec::new();
         let mut raft: Option<Vec<u8>> = None;
+        let mut wrote_to: Vec<u64> = Vec::new();
         loop {
             let mut seq = match inbox.recv_timeout(self.checkpoint_interval) {
                 Ok(first) => {
@@ -92,6 +93,12 @@ impl Applier {
             let committed = self
                 .store
                 .commit(&effects, seq, false, raft.take().as_deref());
+            wrote_to.extend(effects.iter().filter_map(|effect| match effect {
+                Effect::PutRecord { stream_id, .. } => Some(*stream_id),
+                _ => None,
+            }));
+            wrote_to.sort_unstable();
+            wrote_to.dedup();
             effects.clear();
             if let Err(error) = committed {
                 // Memory is ahead of redb; only a restart (WAL replay) can reconcile them.
@@ -99,7 +106,8 @@ impl Applier {
                 std::process::exit(70);
             }
             stored = seq;
-            self.registry.set_stored(seq);
+            self.registry.set_stored(seq, &wrote_to);
+            wrote_to.clear();
             if last_checkpoint.elapsed() >= self.checkpoint_interval {
                 self.checkpoint(stored, &mut last_checkpoint);
             }

@@ -341,9 +341,17 @@ impl Registry {
         let _ = stored.wait_for(|s| *s >= seq).await;
     }
 
-    /// Called by the applier once redb holds everything up to `seq`.
-    pub fn set_stored(&self, seq: u64) {
+    /// Called by the applier once redb holds everything up to `seq`, with the streams whose
+    /// records it just wrote: records pinned while redb lacked them may now leave a cache that
+    /// is over budget. Without this a stream written in a burst and then left alone would keep
+    /// its whole burst in memory until its next write.
+    pub fn set_stored(&self, seq: u64, wrote_to: &[u64]) {
         self.stored.send_replace(seq);
+        for &id in wrote_to {
+            if let Some(handle) = self.stream_by_id(id) {
+                StreamHandle::trim(&mut handle.cache.lock(), self);
+            }
+        }
     }
 
     /// Every stream it holds, deleted or not.

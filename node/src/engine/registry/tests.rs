@@ -45,6 +45,40 @@ fn a_rendered_event_is_kept_only_for_other_readers() {
     );
 }
 
+/// A burst pinned while redb lacked it leaves the cache once redb has it, even if the stream
+/// is never written again.
+#[test]
+fn a_burst_beyond_the_cache_budget_leaves_it_once_stored() {
+    let registry = Registry::new(1 << 30, 0);
+    let record = Bytes::from(vec![b'x'; 64 * 1024]);
+    let count = 3 * CACHE_BYTES_PER_STREAM / record.len();
+    let mut tail = 0;
+    for seq in 1..=count as u64 {
+        let mut effects = Vec::new();
+        if seq == 1 {
+            effects.push(Effect::PutStream(Arc::new(StreamMeta::for_tests(0))));
+        }
+        effects.push(Effect::PutRecord {
+            stream_id: 1,
+            offset: tail,
+            bytes: record.clone(),
+        });
+        tail += record.len() as u64;
+        registry.publish(&effects, seq);
+    }
+    let handle = registry.stream_by_id(1).unwrap();
+    let first_cached = || handle.cached(0, tail, usize::MAX).unwrap().0;
+    assert_eq!(first_cached(), 0, "nothing is in redb yet: all pinned");
+
+    registry.set_stored(count as u64, &[1]);
+    let kept = tail - first_cached();
+    assert!(
+        kept <= CACHE_BYTES_PER_STREAM as u64,
+        "{kept} bytes kept, over the budget of {CACHE_BYTES_PER_STREAM}"
+    );
+    assert!(handle.caches(tail - 1), "the newest records stay");
+}
+
 /// A reader waiting for redb wakes the applier out of its gathering interval.
 #[tokio::test]
 async fn a_reader_waiting_for_redb_hurries_the_applier() {
@@ -59,7 +93,7 @@ async fn a_reader_waiting_for_redb_hurries_the_applier() {
         while !applier_side.take_hurry() && started.elapsed() < Duration::from_secs(60) {
             std::thread::park_timeout(Duration::from_secs(60));
         }
-        applier_side.set_stored(7);
+        applier_side.set_stored(7, &[]);
         started.elapsed()
     });
     is_parked.recv().unwrap();
