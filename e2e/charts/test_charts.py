@@ -206,6 +206,14 @@ class ClusterChart(unittest.TestCase):
         _, objects = render(CLUSTER)
         self.assertNotIn("gateway", objects[0][1]["spec"])
 
+    def test_a_cert_manager_issuer_reaches_the_spec(self):
+        issuer = {"name": "ursula-ca", "kind": "ClusterIssuer"}
+        _, objects = render(CLUSTER, {"tls": {"issuerRef": issuer}})
+        jsonschema.validate(objects[0][1], ursulacluster_schema())
+        self.assertEqual(objects[0][1]["spec"]["tls"], {"issuerRef": issuer})
+        _, objects = render(CLUSTER)
+        self.assertNotIn("tls", objects[0][1]["spec"], "the operator's own CA by default")
+
     def test_the_tls_ingress_never_retries(self):
         _, objects = render(
             CLUSTER,
@@ -304,6 +312,9 @@ class ClusterChart(unittest.TestCase):
             {"istio": {"virtualService": {"gateways": [""]}}},
             {"istio": {"virtualService": {"retries": {"attempts": 2}}}},
             {"istio": {"gateway": {}}},
+            {"tls": {"issuerRef": {}}},
+            {"tls": {"issuerRef": {"name": ""}}},
+            {"tls": {"issuer": "ursula-ca"}},
         ]:
             with self.subTest(values=bad), self.assertRaises(helm.HelmValuesError):
                 chart.validate_schema(bad)

@@ -17,6 +17,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Resource, ResourceExt};
 
+use crate::credentials::CredentialsError;
 use crate::crd::{UrsulaCluster, UrsulaClusterStatus};
 use crate::nodes::Nodes;
 use crate::upgrade::{self, GatewayState, Limits, Observed, Step, VoterState};
@@ -34,7 +35,7 @@ pub enum Error {
     #[error(transparent)]
     Node(#[from] crate::nodes::NodeError),
     #[error(transparent)]
-    Credentials(#[from] crate::credentials::CredentialsError),
+    Credentials(#[from] CredentialsError),
 }
 
 pub struct Context {
@@ -287,25 +288,7 @@ pub async fn reconcile(cluster: Arc<UrsulaCluster>, ctx: Arc<Context>) -> Result
     let config_map = match workloads::config_map(&cluster) {
         Ok(config_map) => config_map,
         Err(invalid) => {
-            let mut status = previous.clone();
-            status.observed_generation = generation;
-            status.conditions = vec![condition(
-                "Degraded",
-                true,
-                "InvalidSpec",
-                invalid.to_string(),
-                generation,
-            )];
-            write_status(client, &ns, &name, &status).await?;
-            publish(
-                &ctx,
-                &cluster,
-                EventType::Warning,
-                "InvalidSpec",
-                EventScope::reconcile(),
-                invalid.to_string(),
-            )
-            .await;
+            report_degraded(&ctx, &cluster, "InvalidSpec", invalid.to_string()).await?;
             return Ok(Action::await_change());
         }
     };
@@ -340,6 +323,20 @@ pub async fn reconcile(cluster: Arc<UrsulaCluster>, ctx: Arc<Context>) -> Result
     apply(client, &ns, &workloads::service_account(&cluster)).await?;
     // Before the voters: their pods mount these Secrets.
     let admin_token = crate::credentials::ensure(client, &ns, &cluster).await?;
+    let waiting_for = match &cluster.spec.tls {
+        None => Vec::new(),
+        Some(tls) => {
+            match crate::cert_manager::ensure(client, &ns, &cluster, &tls.issuer_ref).await {
+                Err(missing @ CredentialsError::CertManagerMissing) => {
+                    report_degraded(&ctx, &cluster, "CertManagerMissing", missing.to_string())
+                        .await?;
+                    // Installing cert-manager changes nothing the operator watches.
+                    return Ok(Action::requeue(Duration::from_secs(30)));
+                }
+                waiting_for => waiting_for?,
+            }
+        }
+    };
     apply(client, &ns, &config_map).await?;
     apply::<Service>(client, &ns, &workloads::headless_service(&cluster)).await?;
     apply::<Service>(client, &ns, &workloads::client_service(&cluster)).await?;
@@ -476,6 +473,7 @@ pub async fn reconcile(cluster: Arc<UrsulaCluster>, ctx: Arc<Context>) -> Result
             generation,
         ),
     ];
+    conditions.push(certificates_condition(&cluster, &waiting_for, generation));
     if let Step::Halt(reason) = &step {
         conditions.push(condition(
             "Degraded",
@@ -509,6 +507,70 @@ pub async fn reconcile(cluster: Arc<UrsulaCluster>, ctx: Arc<Context>) -> Result
     } else {
         Duration::from_secs(5)
     }))
+}
+
+/// Whether every voter has its certificate, and where they come from.
+fn certificates_condition(
+    cluster: &UrsulaCluster,
+    waiting_for: &[String],
+    generation: Option<i64>,
+) -> Condition {
+    let (reason, message) = match (&cluster.spec.tls, waiting_for) {
+        (None, _) => (
+            "OperatorCA",
+            format!(
+                "issued by the operator's CA (Secret {})",
+                crate::mounts::ca_secret(cluster)
+            ),
+        ),
+        (Some(tls), []) => (
+            "Issued",
+            format!(
+                "issued by cert-manager's {} {}",
+                tls.issuer_ref.kind, tls.issuer_ref.name
+            ),
+        ),
+        (Some(_), waiting) => (
+            "WaitingForCertManager",
+            format!(
+                "the voters wait for cert-manager to write {}",
+                waiting.join(", ")
+            ),
+        ),
+    };
+    condition(
+        "CertificatesReady",
+        waiting_for.is_empty(),
+        reason,
+        message,
+        generation,
+    )
+}
+
+/// A spec the operator cannot act on, or something it needs that is missing: the `Degraded`
+/// condition and a warning say why.
+async fn report_degraded(
+    ctx: &Context,
+    cluster: &UrsulaCluster,
+    reason: &str,
+    message: String,
+) -> Result<(), Error> {
+    let generation = cluster.metadata.generation;
+    let mut status = cluster.status.clone().unwrap_or_default();
+    status.observed_generation = generation;
+    status.conditions = vec![condition("Degraded", true, reason, message.clone(), generation)];
+    let ns = cluster.namespace().unwrap_or_default();
+    write_status(&ctx.client, &ns, &cluster.name_any(), &status).await?;
+    publish(
+        ctx,
+        cluster,
+        EventType::Warning,
+        reason,
+        EventScope::reconcile(),
+        message,
+    )
+    .await;
+    Ok(())
 }
 
 async fn write_status(

@@ -28,6 +28,10 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "has(self.tls) == has(oldSelf.tls) && (!has(self.tls) || self.tls == oldSelf.tls)",
+    "message": "spec.tls is fixed at creation: voters whose certificates come from two CAs cannot reach each other while they are replaced"
+}]))]
 pub struct UrsulaClusterSpec {
     /// The Ursula version: the image tag of nodes and gateways. Raising it upgrades gateways
     /// first, then voters one at a time; lowering it rolls voters back first, then gateways.
@@ -74,9 +78,48 @@ pub struct UrsulaClusterSpec {
     /// `metricsFrom`, the client port from the gateways and `clientAccess`.
     #[serde(default)]
     pub network_policy: NetworkPolicySpec,
+    /// Where the voters' certificates for the cluster port (mutual TLS between voters) come
+    /// from. Without it the operator keeps a CA of its own in the Secret `{name}-ca` and
+    /// issues and renews them itself. Fixed at creation.
+    #[serde(default)]
+    pub tls: Option<TlsSpec>,
     /// While true, the operator changes nothing.
     #[serde(default)]
     pub paused: bool,
+}
+
+/// The voters' certificates from cert-manager.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsSpec {
+    /// The cert-manager issuer of the voters' certificates: the operator makes a `Certificate`
+    /// `{name}-node-{id}` for each voter, whose Secret `{name}-node-{id}-tls` the voter mounts,
+    /// and cert-manager issues and renews them. Use a CA-like issuer (CA, Vault, ...): every
+    /// voter trusts the `ca.crt` that issuer writes, so a self-signed issuer does not work.
+    pub issuer_ref: IssuerRef,
+}
+
+/// A cert-manager issuer, as a `Certificate`'s `issuerRef` names one.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IssuerRef {
+    /// Name of the issuer; an `Issuer` must be in the cluster's namespace.
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// `Issuer` (default), `ClusterIssuer`, or an external issuer's kind.
+    #[serde(default = "default_issuer_kind")]
+    pub kind: String,
+    /// API group of the issuer: `cert-manager.io` (default), or an external issuer's group.
+    #[serde(default = "default_issuer_group")]
+    pub group: String,
+}
+
+fn default_issuer_kind() -> String {
+    "Issuer".into()
+}
+
+fn default_issuer_group() -> String {
+    "cert-manager.io".into()
 }
 
 /// The voters' NetworkPolicy.
@@ -201,6 +244,9 @@ pub struct UrsulaClusterStatus {
     #[serde(default)]
     pub step_started: Option<String>,
 }
+
+/// The most voters a cluster has (`spec.voters` is 1, 3 or 5).
+pub const MAX_VOTERS: u8 = 5;
 
 fn default_node_image() -> String {
     "ursula/ursula-node".into()

@@ -8,6 +8,9 @@
 //!   naming its node ID (`ursula_wire::identity`). Issued again before they expire, and when
 //!   the number of voters changes; the voters pick new files up without a restart.
 //!
+//! With `spec.tls.issuerRef` cert-manager issues the certificates instead (`cert_manager`),
+//! and neither of the last two Secrets is made.
+//!
 //! What to issue is decided by the pure `reissue`; building the Secrets is pure too, given
 //! the random material. The controller reads, decides and applies (`ensure`).
 
@@ -147,7 +150,14 @@ pub enum CredentialsError {
     Issue(String),
     #[error("Secret {0} is not as the operator wrote it: {1}")]
     Damaged(String, String),
+    #[error(
+        "spec.tls.issuerRef needs cert-manager, and the Kubernetes API has no \
+         certificates.cert-manager.io: install cert-manager, or leave spec.tls out for the \
+         operator's own CA"
+    )]
+    CertManagerMissing,
 }
+
 
 fn text_of(secret: &Secret, key: &str) -> Result<String, CredentialsError> {
     let name = secret.name_any();
@@ -182,8 +192,9 @@ pub async fn admin_token_of(
     text_of(&api.get(&admin_token_secret(cluster)).await?, TOKEN_KEY)
 }
 
-/// Makes sure the cluster's Secrets exist and its certificates are fresh; answers the admin
-/// token, which the operator sends on drains and purges.
+/// Makes sure the cluster's Secrets exist and, unless cert-manager issues them, that its
+/// certificates are fresh; answers the admin token, which the operator sends on drains and
+/// purges.
 pub async fn ensure(
     client: &kube::Client,
     ns: &str,
@@ -197,15 +208,27 @@ pub async fn ensure(
             create_once(&api, admin_token(cluster, &token)).await?
         }
     };
-    let token = text_of(&token, TOKEN_KEY)?;
+    let admin_token = text_of(&token, TOKEN_KEY)?;
+    if cluster.spec.tls.is_none() {
+        ensure_own_ca(client, &api, ns, cluster).await?;
+    }
+    Ok(admin_token)
+}
 
+/// The operator's own CA and the voters' certificates it issues.
+async fn ensure_own_ca(
+    client: &kube::Client,
+    api: &Api<Secret>,
+    ns: &str,
+    cluster: &UrsulaCluster,
+) -> Result<(), CredentialsError> {
     let name = format!("{} cluster CA", cluster.name_any());
     let authority = match api.get_opt(&ca_secret(cluster)).await? {
         Some(existing) => existing,
         None => {
             let authority = Authority::new(&name, CA_LIFETIME)
                 .map_err(|e| CredentialsError::Issue(e.to_string()))?;
-            create_once(&api, authority_secret(cluster, &authority)).await?
+            create_once(api, authority_secret(cluster, &authority)).await?
         }
     };
     let authority = Authority::from_pem(
@@ -222,7 +245,7 @@ pub async fn ensure(
             .map_err(|e| CredentialsError::Issue(e.to_string()))?;
         crate::apply::apply(client, ns, &secret).await?;
     }
-    Ok(token)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 //! reconcilers the `ursula-operator` binary runs; `nodes` calls the nodes' admin API.
 
 pub mod apply;
+pub mod cert_manager;
 pub mod controller;
 pub mod crd;
 pub mod credentials;

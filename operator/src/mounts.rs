@@ -24,6 +24,17 @@ pub fn tls_secret(cluster: &UrsulaCluster) -> String {
     format!("{}-cluster-tls", cluster.name_any())
 }
 
+/// With `spec.tls.issuerRef`: voter `ordinal`'s cert-manager `Certificate`, and the
+/// `kubernetes.io/tls` Secret cert-manager writes for it (keys `tls.crt`, `tls.key`, `ca.crt`).
+pub fn voter_certificate(cluster: &UrsulaCluster, ordinal: u8) -> String {
+    format!("{}-node-{}", cluster.name_any(), u64::from(ordinal) + 1)
+}
+pub fn voter_certificate_secret(cluster: &UrsulaCluster, ordinal: u8) -> String {
+    format!("{}-tls", voter_certificate(cluster, ordinal))
+}
+pub const ISSUED_CERT: &str = "tls.crt";
+pub const ISSUED_KEY: &str = "tls.key";
+
 /// The TLS Secret's file names: the CA, and voter `ordinal`'s certificate and key.
 pub const CA_FILE: &str = "ca.crt";
 pub fn cert_file(ordinal: u8) -> String {

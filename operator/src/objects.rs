@@ -254,6 +254,7 @@ mod tests {
                     .collect::<BTreeMap<_, _>>(),
                 client_access: Vec::new(),
                 network_policy: Default::default(),
+                tls: None,
                 paused: false,
             },
         );

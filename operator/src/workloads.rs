@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
-    HTTPGetAction, ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SecretKeySelector, SecretVolumeSource,
-    Service, ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
+    HTTPGetAction, KeyToPath, ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ProjectedVolumeSource, SecretKeySelector,
+    SecretProjection, SecretVolumeSource,
+    Service, ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount, VolumeProjection,
     VolumeResourceRequirements,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
@@ -97,6 +98,49 @@ fn secret_volume(name: &str, secret: String) -> Volume {
             secret_name: Some(secret),
             default_mode: Some(0o440),
             ..SecretVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
+}
+
+/// The voters' certificates, in the layout of the operator's own Secret (`mounts`): that
+/// Secret, or each voter's cert-manager Secret projected into it. A pod template serves every
+/// voter, so each voter sees the others' certificates too, as it does with the operator's CA.
+fn cluster_tls_volume(cluster: &UrsulaCluster) -> Volume {
+    if cluster.spec.tls.is_none() {
+        return secret_volume("cluster-tls", mounts::tls_secret(cluster));
+    }
+    let item = |key: &str, path: String| KeyToPath {
+        key: key.to_owned(),
+        path,
+        ..KeyToPath::default()
+    };
+    let sources = (0..cluster.spec.voters)
+        .map(|ordinal| {
+            let mut items = vec![
+                item(mounts::ISSUED_CERT, mounts::cert_file(ordinal)),
+                item(mounts::ISSUED_KEY, mounts::key_file(ordinal)),
+            ];
+            // The issuer's CA is in every voter's Secret; one copy is the trust.
+            if ordinal == 0 {
+                items.push(item(mounts::CA_FILE, mounts::CA_FILE.to_owned()));
+            }
+            VolumeProjection {
+                secret: Some(SecretProjection {
+                    name: mounts::voter_certificate_secret(cluster, ordinal),
+                    items: Some(items),
+                    optional: Some(false),
+                }),
+                ..VolumeProjection::default()
+            }
+        })
+        .collect();
+    Volume {
+        name: "cluster-tls".to_owned(),
+        projected: Some(ProjectedVolumeSource {
+            sources: Some(sources),
+            default_mode: Some(0o440),
+            ..ProjectedVolumeSource::default()
         }),
         ..Volume::default()
     }
@@ -307,7 +351,7 @@ pub fn statefulset_at(cluster: &UrsulaCluster, version: &str) -> StatefulSet {
                             ..Volume::default()
                         },
                         secret_volume("admin-token", mounts::admin_token_secret(cluster)),
-                        secret_volume("cluster-tls", mounts::tls_secret(cluster)),
+                        cluster_tls_volume(cluster),
                     ]),
                     ..PodSpec::default()
                 }),
@@ -373,6 +417,7 @@ pub(crate) mod tests {
                 node_config: BTreeMap::new(),
                 client_access: Vec::new(),
                 network_policy: Default::default(),
+                tls: None,
                 paused: false,
             },
         );
@@ -509,6 +554,56 @@ pub(crate) mod tests {
                     "AWS_SECRET_ACCESS_KEY".to_owned(),
                     secret("AWS_SECRET_ACCESS_KEY")
                 ),
+            ]
+        );
+    }
+
+    /// Every voter finds its certificate, its key and the CA at the same paths whichever issues
+    /// them: the operator's CA (one Secret) or cert-manager (a Secret per voter, projected).
+    #[test]
+    fn voters_mount_their_certificates_in_one_layout() {
+        let volume = |cluster: &UrsulaCluster| {
+            let set = statefulset_at(cluster, "1.2.3");
+            let pod = set.spec.template.spec.unwrap();
+            pod.volumes
+                .unwrap()
+                .into_iter()
+                .find(|v| v.name == "cluster-tls")
+                .unwrap()
+        };
+        let own = volume(&cluster(3, 1));
+        assert_eq!(
+            own.secret.unwrap().secret_name.as_deref(),
+            Some("prod-cluster-tls")
+        );
+
+        let mut issued = cluster(3, 1);
+        issued.spec.tls = Some(crate::crd::TlsSpec {
+            issuer_ref: crate::crd::IssuerRef {
+                name: "ca".into(),
+                kind: "Issuer".into(),
+                group: "cert-manager.io".into(),
+            },
+        });
+        let projected = volume(&issued).projected.unwrap();
+        assert_eq!(projected.default_mode, Some(0o440));
+        let mut files = Vec::new();
+        for source in projected.sources.unwrap() {
+            let secret = source.secret.unwrap();
+            for item in secret.items.unwrap() {
+                files.push(format!("{}:{} -> {}", secret.name, item.key, item.path));
+            }
+        }
+        assert_eq!(
+            files,
+            [
+                "prod-node-1-tls:tls.crt -> node-1.crt",
+                "prod-node-1-tls:tls.key -> node-1.key",
+                "prod-node-1-tls:ca.crt -> ca.crt",
+                "prod-node-2-tls:tls.crt -> node-2.crt",
+                "prod-node-2-tls:tls.key -> node-2.key",
+                "prod-node-3-tls:tls.crt -> node-3.crt",
+                "prod-node-3-tls:tls.key -> node-3.key",
             ]
         );
     }

@@ -166,6 +166,14 @@ fn condition(cluster: &Value, type_: &str) -> String {
         .unwrap_or_default()
 }
 
+fn condition_message(cluster: &Value, type_: &str) -> String {
+    cluster["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == type_))
+        .map(|c| c["message"].as_str().unwrap_or_default().to_owned())
+        .unwrap_or_default()
+}
+
 #[tokio::test]
 async fn fake_api_a_new_cluster_gets_every_object_at_its_version() {
     let setup = setup().await;
@@ -184,6 +192,7 @@ async fn fake_api_a_new_cluster_gets_every_object_at_its_version() {
         assert!(setup.api.get(path).is_some(), "{path} was not applied");
     }
     assert_eq!(admin_token(&setup.api).len(), 64);
+    assert_eq!(condition(&status, "CertificatesReady"), "True");
     // A second reconcile keeps the token and the certificates.
     let tls = setup
         .api
@@ -203,6 +212,52 @@ async fn fake_api_a_new_cluster_gets_every_object_at_its_version() {
     assert_eq!(condition(&status, "Available"), "False");
     assert_eq!(condition(&status, "Progressing"), "True");
     assert_eq!(status["status"]["observedGeneration"], 1);
+}
+
+#[tokio::test]
+async fn fake_api_with_an_issuer_ref_cert_manager_issues_the_voters_certificates() {
+    let setup = setup().await;
+    let mut object = cluster("0.7.2");
+    object["spec"]["tls"] = json!({"issuerRef": {"name": "ursula-ca", "kind": "ClusterIssuer"}});
+    setup.api.put(CLUSTER, object);
+    let waiting = reconcile(&setup).await;
+    for id in 1..=3 {
+        let path = format!("/apis/cert-manager.io/v1/namespaces/ns/certificates/uc-node-{id}");
+        let certificate = setup.api.get(&path).expect("a Certificate per voter");
+        assert_eq!(certificate["spec"]["secretName"], format!("uc-node-{id}-tls"));
+        assert_eq!(certificate["spec"]["issuerRef"]["name"], "ursula-ca");
+        assert_eq!(
+            certificate["spec"]["dnsNames"][0],
+            format!("node-{id}.ursula.internal")
+        );
+    }
+    for own in ["uc-ca", "uc-cluster-tls"] {
+        let path = format!("/api/v1/namespaces/ns/secrets/{own}");
+        assert!(setup.api.get(&path).is_none(), "{own}: cert-manager issues");
+    }
+    assert!(setup.api.get("/api/v1/namespaces/ns/secrets/uc-admin-token").is_some());
+    assert_eq!(condition(&waiting, "CertificatesReady"), "False");
+    let message = condition_message(&waiting, "CertificatesReady");
+    assert!(
+        message.contains("uc-node-1-tls") && message.contains("uc-node-3-tls"),
+        "{message}"
+    );
+
+    // cert-manager writes the Secrets (as its CA issuer does: the CA in each).
+    let pem = |text: &str| k8s_openapi::ByteString(text.as_bytes().to_vec());
+    for id in 1..=3 {
+        let secret = json!({
+            "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": {"name": format!("uc-node-{id}-tls"), "namespace": NS},
+            "data": {"tls.crt": pem("cert"), "tls.key": pem("key"), "ca.crt": pem("ca")},
+        });
+        setup
+            .api
+            .put(&format!("/api/v1/namespaces/ns/secrets/uc-node-{id}-tls"), secret);
+    }
+    let issued = reconcile(&setup).await;
+    assert_eq!(condition(&issued, "CertificatesReady"), "True");
+    assert!(condition_message(&issued, "CertificatesReady").contains("ClusterIssuer ursula-ca"));
 }
 
 #[tokio::test]
