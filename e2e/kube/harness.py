@@ -100,13 +100,13 @@ def s3_request(port, method, path):
     return response.status, data
 
 
-def secret_env(container):
+def secret_env(container, ns=NS):
     """The container's environment variables that come from Secret keys, resolved."""
     env = {}
     for var in container.get("env", []):
         ref = var.get("valueFrom", {}).get("secretKeyRef")
         if ref:
-            secret = get_json("secret", "-n", NS, ref["name"])
+            secret = get_json("secret", "-n", ns, ref["name"])
             env[var["name"]] = base64.b64decode(secret["data"][ref["key"]]).decode()
     return env
 
@@ -166,9 +166,11 @@ class Producer(threading.Thread):
 class VoterProcesses(threading.Thread):
     """The test kubelet of the voter pods (see the module docs)."""
 
-    def __init__(self, workdir):
+    def __init__(self, workdir, ns=NS, release=RELEASE):
         super().__init__(daemon=True)
         self.workdir = pathlib.Path(workdir)
+        self.ns = ns
+        self.release = release
         self.running = {}  # ordinal -> (pod uid, Popen)
         self.log = []  # (time, ordinal, what)
         self.stopping = threading.Event()
@@ -177,28 +179,41 @@ class VoterProcesses(threading.Thread):
         self.quiet = False
         self.secrets_this_pass = {}
 
+    def volume_files(self, volume):
+        """The files of a Secret volume, or of a projected volume of Secrets (each item's key
+        at its path, or every key when it names no items), as a kubelet lays them out; None
+        for other volumes."""
+        if "secret" in volume:
+            sources = [{"name": volume["secret"]["secretName"]}]
+        elif "projected" in volume:
+            sources = [s["secret"] for s in volume["projected"]["sources"] if "secret" in s]
+        else:
+            return None
+        files = {}
+        for source in sources:
+            name = source["name"]
+            if name not in self.secrets_this_pass:
+                self.secrets_this_pass[name] = get_json("secret", "-n", self.ns, name)
+            data = self.secrets_this_pass[name].get("data", {})
+            items = source.get("items") or [{"key": k, "path": k} for k in data]
+            for item in items:
+                files[item["path"]] = base64.b64decode(data[item["key"]])
+        return files
+
     def secret_volumes(self, ordinal, pod_spec):
-        """Writes the pod's Secret volumes as a kubelet does, each Secret key a file of the
-        volume's directory (readable by its owner only), replaced whole when the Secret
-        changes. Answers each mount path with the directory that stands for it."""
+        """Writes the pod's Secret volumes as a kubelet does, each file in the volume's
+        directory (readable by its owner only), replaced whole when its Secret changes.
+        Answers each mount path with the directory that stands for it."""
         container = pod_spec["containers"][0]
-        secrets = {
-            volume["name"]: volume["secret"]["secretName"]
-            for volume in pod_spec.get("volumes", [])
-            if "secret" in volume
-        }
+        volumes = {volume["name"]: volume for volume in pod_spec.get("volumes", [])}
         mounts = {}
         for mount in container.get("volumeMounts", []):
-            secret_name = secrets.get(mount["name"])
-            if secret_name is None:
+            files = self.volume_files(volumes.get(mount["name"], {}))
+            if files is None:
                 continue
-            if secret_name not in self.secrets_this_pass:
-                self.secrets_this_pass[secret_name] = get_json("secret", "-n", NS, secret_name)
-            secret = self.secrets_this_pass[secret_name]
             directory = self.workdir / f"voter-{ordinal}-{mount['name']}"
             directory.mkdir(mode=0o700, exist_ok=True)
-            for key, value in secret.get("data", {}).items():
-                content = base64.b64decode(value)
+            for key, content in files.items():
                 path = directory / key
                 if path.exists() and path.read_bytes() == content:
                     continue
@@ -210,12 +225,13 @@ class VoterProcesses(threading.Thread):
         return mounts
 
     def config_for(self, ordinal, pod_spec):
-        config_map = get_json("configmap", "-n", NS, f"{RELEASE}-config")
-        text = config_map["data"][f"{RELEASE}-{ordinal}.toml"]
+        release, ns = self.release, self.ns
+        config_map = get_json("configmap", "-n", ns, f"{release}-config")
+        text = config_map["data"][f"{release}-{ordinal}.toml"]
         for mount_path, directory in self.secret_volumes(ordinal, pod_spec).items():
             text = text.replace(f'"{mount_path}/', f'"{directory}/')
         for i in range(VOTERS):
-            text = text.replace(f"{RELEASE}-{i}.{RELEASE}-headless.{NS}.svc", voter_ip(i))
+            text = text.replace(f"{release}-{i}.{release}-headless.{ns}.svc", voter_ip(i))
         text = text.replace("0.0.0.0", voter_ip(ordinal))
         text = text.replace('"/var/lib/ursula"', json.dumps(str(self.workdir / f"voter-{ordinal}")))
         path = self.workdir / f"voter-{ordinal}.toml"
@@ -237,7 +253,10 @@ class VoterProcesses(threading.Thread):
 
     def sync(self):
         self.secrets_this_pass = {}  # each Secret read once per pass, for every voter
-        pods = get_json("pods", "-n", NS, "-l", f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/name=ursula-node")
+        pods = get_json(
+            "pods", "-n", self.ns, "-l",
+            f"app.kubernetes.io/instance={self.release},app.kubernetes.io/name=ursula-node",
+        )
         live = {}
         for pod in pods["items"]:
             name = pod["metadata"]["name"]
@@ -267,7 +286,7 @@ class VoterProcesses(threading.Thread):
                     # The pod's environment, not the host's credentials.
                     env={
                         **{k: v for k, v in os.environ.items() if not k.startswith("AWS_")},
-                        **secret_env(container),
+                        **secret_env(container, self.ns),
                     },
                     stdout=logfile,
                     stderr=logfile,

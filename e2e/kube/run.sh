@@ -104,12 +104,20 @@ kubectl get -n e2e ursulacluster
 phase="$(kubectl get -n purges bucketpurge/p1 -o jsonpath='{.status.phase}')"
 [ "$phase" = Pending ] && ok "a BucketPurge for a missing cluster stays Pending" || fail "purge phase: $phase"
 
+venv="$root/e2e/.tools/chart-venv"
+"$root/e2e/charts/setup-venv.sh" "$venv" >/dev/null
+if URSULA_BIN_DIR="$bin_dir" CERT_MANAGER_CRDS="$BIN/cert-manager-crds.yaml" \
+  "$venv/bin/python" "$here/test_cert_manager.py"; then
+  ok "spec.tls.issuerRef: cert-manager Certificates, accepted by cert-manager's CRDs; voters run on their Secrets (test_cert_manager.py)"
+else
+  fail "test_cert_manager.py"
+  tail -20 "$W/operator.log" >&2
+fi
+
 # The rest runs with the operator of the operator chart (test_lifecycle.py starts it).
 kill -9 "$operator_pid" 2>/dev/null || true
 wait "$operator_pid" 2>/dev/null || true
 operator_pid=""
-venv="$root/e2e/.tools/chart-venv"
-"$root/e2e/charts/setup-venv.sh" "$venv" >/dev/null
 "$root/e2e/s3/setup.sh" >/dev/null  # the S3-API server of the cluster's objectStore
 if URSULA_BIN_DIR="$bin_dir" "$venv/bin/python" "$here/test_lifecycle.py"; then
   ok "install, upgrade, rollback, halted upgrade and bucket purge (test_lifecycle.py)"

@@ -13,9 +13,11 @@ use kube::api::{Api, DeleteParams};
 use kube::{CustomResource, ResourceExt};
 use serde::{Deserialize, Serialize};
 
-use crate::credentials::{CERT_LIFETIME, CredentialsError, RENEW_BEFORE};
 use crate::crd::{IssuerRef, UrsulaCluster};
-use crate::mounts::{CA_FILE, ISSUED_CERT, ISSUED_KEY, voter_certificate, voter_certificate_secret};
+use crate::credentials::{CERT_LIFETIME, CredentialsError, RENEW_BEFORE};
+use crate::mounts::{
+    CA_FILE, ISSUED_CERT, ISSUED_KEY, voter_certificate, voter_certificate_secret,
+};
 use crate::workloads::{NODE, labels, meta};
 
 /// The fields of cert-manager's `Certificate` (cert-manager.io/v1) the operator writes. Its
@@ -123,9 +125,10 @@ pub fn waiting_for(issued: &[(String, Option<Secret>, Option<Certificate>)]) -> 
         .iter()
         .filter(|(_, secret, _)| {
             let data = secret.as_ref().and_then(|s| s.data.as_ref());
-            ![ISSUED_CERT, ISSUED_KEY, CA_FILE]
-                .iter()
-                .all(|key| data.and_then(|d| d.get(*key)).is_some_and(|v| !v.0.is_empty()))
+            ![ISSUED_CERT, ISSUED_KEY, CA_FILE].iter().all(|key| {
+                data.and_then(|d| d.get(*key))
+                    .is_some_and(|v| !v.0.is_empty())
+            })
         })
         .map(|(name, _, certificate)| {
             let said = certificate
@@ -167,7 +170,10 @@ pub async fn ensure(
     }
     for ordinal in cluster.spec.voters..crate::crd::MAX_VOTERS {
         match certificates
-            .delete(&voter_certificate(cluster, ordinal), &DeleteParams::default())
+            .delete(
+                &voter_certificate(cluster, ordinal),
+                &DeleteParams::default(),
+            )
             .await
         {
             Ok(_) => {}
@@ -207,7 +213,10 @@ mod tests {
             ]
         );
         for usage in ["server auth", "client auth"] {
-            assert!(certificate.spec.usages.iter().any(|u| u == usage), "{usage}");
+            assert!(
+                certificate.spec.usages.iter().any(|u| u == usage),
+                "{usage}"
+            );
         }
         assert_eq!(certificate.spec.duration.as_deref(), Some("2160h"));
         assert_eq!(certificate.spec.renew_before.as_deref(), Some("720h"));

@@ -17,8 +17,8 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Resource, ResourceExt};
 
-use crate::credentials::CredentialsError;
 use crate::crd::{UrsulaCluster, UrsulaClusterStatus};
+use crate::credentials::CredentialsError;
 use crate::nodes::Nodes;
 use crate::upgrade::{self, GatewayState, Limits, Observed, Step, VoterState};
 use crate::workloads;
@@ -558,7 +558,13 @@ async fn report_degraded(
     let generation = cluster.metadata.generation;
     let mut status = cluster.status.clone().unwrap_or_default();
     status.observed_generation = generation;
-    status.conditions = vec![condition("Degraded", true, reason, message.clone(), generation)];
+    status.conditions = vec![condition(
+        "Degraded",
+        true,
+        reason,
+        message.clone(),
+        generation,
+    )];
     let ns = cluster.namespace().unwrap_or_default();
     write_status(&ctx.client, &ns, &cluster.name_any(), &status).await?;
     publish(

@@ -158,7 +158,6 @@ pub enum CredentialsError {
     CertManagerMissing,
 }
 
-
 fn text_of(secret: &Secret, key: &str) -> Result<String, CredentialsError> {
     let name = secret.name_any();
     let value = secret

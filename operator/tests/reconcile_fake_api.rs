@@ -224,7 +224,10 @@ async fn fake_api_with_an_issuer_ref_cert_manager_issues_the_voters_certificates
     for id in 1..=3 {
         let path = format!("/apis/cert-manager.io/v1/namespaces/ns/certificates/uc-node-{id}");
         let certificate = setup.api.get(&path).expect("a Certificate per voter");
-        assert_eq!(certificate["spec"]["secretName"], format!("uc-node-{id}-tls"));
+        assert_eq!(
+            certificate["spec"]["secretName"],
+            format!("uc-node-{id}-tls")
+        );
         assert_eq!(certificate["spec"]["issuerRef"]["name"], "ursula-ca");
         assert_eq!(
             certificate["spec"]["dnsNames"][0],
@@ -235,7 +238,12 @@ async fn fake_api_with_an_issuer_ref_cert_manager_issues_the_voters_certificates
         let path = format!("/api/v1/namespaces/ns/secrets/{own}");
         assert!(setup.api.get(&path).is_none(), "{own}: cert-manager issues");
     }
-    assert!(setup.api.get("/api/v1/namespaces/ns/secrets/uc-admin-token").is_some());
+    assert!(
+        setup
+            .api
+            .get("/api/v1/namespaces/ns/secrets/uc-admin-token")
+            .is_some()
+    );
     assert_eq!(condition(&waiting, "CertificatesReady"), "False");
     let message = condition_message(&waiting, "CertificatesReady");
     assert!(
@@ -251,9 +259,10 @@ async fn fake_api_with_an_issuer_ref_cert_manager_issues_the_voters_certificates
             "metadata": {"name": format!("uc-node-{id}-tls"), "namespace": NS},
             "data": {"tls.crt": pem("cert"), "tls.key": pem("key"), "ca.crt": pem("ca")},
         });
-        setup
-            .api
-            .put(&format!("/api/v1/namespaces/ns/secrets/uc-node-{id}-tls"), secret);
+        setup.api.put(
+            &format!("/api/v1/namespaces/ns/secrets/uc-node-{id}-tls"),
+            secret,
+        );
     }
     let issued = reconcile(&setup).await;
     assert_eq!(condition(&issued, "CertificatesReady"), "True");
