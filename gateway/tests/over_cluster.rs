@@ -101,12 +101,15 @@ async fn writes_reach_each_leader_through_the_gateway_with_the_vouch() {
 /// An SSE client as the Durable Streams client is one: it follows the stream from `now`, and
 /// whenever its response ends or fails it reconnects from the last `streamNextOffset` it was
 /// given. It stops at `last`, once that is known. Answers where it started, what it read, and
-/// how often it reconnected.
+/// how often it reconnected. Where it started is the first control event's offset, which
+/// follows the first data event when records arrived before the subscription's first control
+/// event (the protocol's `offset=now`): `before_start` counts what it read before it.
 async fn follow(url: String, last: tokio::sync::watch::Receiver<Option<String>>) -> Follower {
     let mut seen = Seen::default();
     let mut start = None;
     let mut at: Option<String> = None;
     let mut reconnects = 0;
+    let mut before_start = 0;
     loop {
         let query = match &at {
             Some(offset) => format!("offset={offset}&live=sse"),
@@ -123,13 +126,17 @@ async fn follow(url: String, last: tokio::sync::watch::Receiver<Option<String>>)
                 return Follower {
                     start,
                     data: seen.data,
+                    before_start,
                     reconnects,
                 };
             }
             match subscriber.try_event(Duration::from_millis(100)).await {
                 Ok(Some(event)) => {
                     if let Some(offset) = seen.read(&event) {
-                        start.get_or_insert_with(|| offset.clone());
+                        if start.is_none() {
+                            before_start = seen.data.len();
+                            start = Some(offset.clone());
+                        }
                         at = Some(offset);
                     }
                 }
@@ -144,6 +151,8 @@ async fn follow(url: String, last: tokio::sync::watch::Receiver<Option<String>>)
 struct Follower {
     start: Option<String>,
     data: String,
+    /// Bytes of `data` read before the first control event.
+    before_start: usize,
     reconnects: u32,
 }
 
@@ -292,7 +301,15 @@ async fn a_leader_killed_under_load_costs_only_retryable_503s() {
             .expect("read");
         assert_eq!(from_start.status, StatusCode::OK);
         let expected: String = String::from_utf8_lossy(&from_start.body).lines().collect();
-        assert_eq!(follower.data, expected);
+        assert_eq!(follower.data[follower.before_start..], expected);
+        // What came before the first control event is the stream's, right before `start`.
+        let whole: String = text.lines().collect();
+        assert!(
+            whole.ends_with(&follower.data),
+            "the subscriber's data is not the stream's last {} bytes",
+            follower.data.len()
+        );
+        assert!(follower.data.starts_with('w'), "it starts at a record");
         assert!(follower.data.len() > 20, "the subscriber saw the load");
         reconnects += follower.reconnects;
     }

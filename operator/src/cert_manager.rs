@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DeleteParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{CustomResource, ResourceExt};
 use serde::{Deserialize, Serialize};
 
@@ -154,31 +154,44 @@ pub async fn ensure(
 ) -> Result<Vec<String>, CredentialsError> {
     let certificates: Api<Certificate> = Api::namespaced(client.clone(), ns);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let params = PatchParams::apply(crate::apply::FIELD_MANAGER).force();
     let mut issued = Vec::new();
     for ordinal in 0..cluster.spec.voters {
         let wanted = voter_certificate_for(cluster, ordinal, issuer);
-        match crate::apply::apply(client, ns, &wanted).await {
+        // The answer is the whole object, status (cert-manager's word on it) included.
+        let applied = match certificates
+            .patch(&wanted.name_any(), &params, &Patch::Apply(&wanted))
+            .await
+        {
             Err(kube::Error::Api(status)) if status.code == 404 => {
                 return Err(CredentialsError::CertManagerMissing);
             }
             applied => applied?,
-        }
+        };
         let name = voter_certificate_secret(cluster, ordinal);
         let secret = secrets.get_opt(&name).await?;
-        let certificate = certificates.get_opt(&wanted.name_any()).await?;
-        issued.push((name, secret, certificate));
+        issued.push((name, secret, Some(applied)));
     }
-    for ordinal in cluster.spec.voters..crate::crd::MAX_VOTERS {
-        match certificates
-            .delete(
-                &voter_certificate(cluster, ordinal),
-                &DeleteParams::default(),
-            )
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(error) => return Err(error.into()),
+    // Those of voters the cluster no longer has: the ones it owns beyond `spec.voters`.
+    let owned = ListParams::default().labels(&format!(
+        "app.kubernetes.io/instance={},app.kubernetes.io/name={NODE}",
+        cluster.name_any()
+    ));
+    let wanted: Vec<String> = (0..cluster.spec.voters)
+        .map(|ordinal| voter_certificate(cluster, ordinal))
+        .collect();
+    for certificate in certificates.list(&owned).await? {
+        let ours = certificate
+            .owner_references()
+            .iter()
+            .any(|owner| Some(&owner.uid) == cluster.metadata.uid.as_ref());
+        let name = certificate.name_any();
+        if ours && !wanted.contains(&name) {
+            match certificates.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(error) => return Err(error.into()),
+            }
         }
     }
     Ok(waiting_for(&issued))

@@ -245,9 +245,6 @@ pub struct UrsulaClusterStatus {
     pub step_started: Option<String>,
 }
 
-/// The most voters a cluster has (`spec.voters` is 1, 3 or 5).
-pub const MAX_VOTERS: u8 = 5;
-
 fn default_node_image() -> String {
     "ursula/ursula-node".into()
 }

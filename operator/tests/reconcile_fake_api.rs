@@ -220,6 +220,25 @@ async fn fake_api_with_an_issuer_ref_cert_manager_issues_the_voters_certificates
     let mut object = cluster("0.7.2");
     object["spec"]["tls"] = json!({"issuerRef": {"name": "ursula-ca", "kind": "ClusterIssuer"}});
     setup.api.put(CLUSTER, object);
+    // Left from when the cluster had 5 voters, and one another owner keeps.
+    let leftover = |name: &str, owner: &str| {
+        json!({
+            "apiVersion": "cert-manager.io/v1", "kind": "Certificate",
+            "metadata": {"name": name, "namespace": NS, "ownerReferences": [{
+                "apiVersion": "ursula.io/v1alpha1", "kind": "UrsulaCluster", "name": "uc",
+                "uid": owner, "controller": true}]},
+            "spec": {"secretName": format!("{name}-tls")},
+        })
+    };
+    let certificates = "/apis/cert-manager.io/v1/namespaces/ns/certificates";
+    setup.api.put(
+        &format!("{certificates}/uc-node-5"),
+        leftover("uc-node-5", "uid-uc"),
+    );
+    setup.api.put(
+        &format!("{certificates}/someone-elses"),
+        leftover("someone-elses", "uid-other"),
+    );
     let waiting = reconcile(&setup).await;
     for id in 1..=3 {
         let path = format!("/apis/cert-manager.io/v1/namespaces/ns/certificates/uc-node-{id}");
@@ -234,6 +253,11 @@ async fn fake_api_with_an_issuer_ref_cert_manager_issues_the_voters_certificates
             format!("node-{id}.ursula.internal")
         );
     }
+    assert!(
+        setup.api.get(&format!("{certificates}/uc-node-5")).is_none(),
+        "a voter the cluster no longer has keeps no Certificate"
+    );
+    assert!(setup.api.get(&format!("{certificates}/someone-elses")).is_some());
     for own in ["uc-ca", "uc-cluster-tls"] {
         let path = format!("/api/v1/namespaces/ns/secrets/{own}");
         assert!(setup.api.get(&path).is_none(), "{own}: cert-manager issues");
