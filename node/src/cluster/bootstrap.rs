@@ -97,6 +97,7 @@ pub async fn start_groups(
             move |parts| -> BoxFuture<'static, Result<Arc<dyn Replication>, String>> {
                 Box::pin(async move {
                     let log_store = log.group(group);
+                    let restored = log_store.restored_leadership(view.node_id);
                     let state_machine = GroupStateMachine::new(group, parts)?;
                     let raft = Raft::new(
                         view.node_id,
@@ -115,7 +116,7 @@ pub async fn start_groups(
                     ));
                     let _ = started.send(raft.clone());
                     let group: Arc<dyn Replication> =
-                        Arc::new(RaftGroup::new(raft, log.writer_turns()));
+                        Arc::new(RaftGroup::new(raft, log.writer_turns(), restored));
                     Ok(group)
                 })
             }

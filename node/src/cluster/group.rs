@@ -13,15 +13,41 @@ use crate::machine::{Command, Outcome};
 pub struct RaftGroup {
     raft: Raft,
     batcher: Arc<Batcher>,
+    /// The term this node led the group in when it restarted, and its last log index then
+    /// (`LogStore::restored_leadership`).
+    restored: Option<(u64, u64)>,
 }
 
 impl RaftGroup {
     /// Proposals gather in the group's batcher, which proposes between the turns of the
     /// node's Raft log writer (`log_writer_turns`).
-    pub fn new(raft: Raft, log_writer_turns: watch::Receiver<u64>) -> Self {
+    pub fn new(
+        raft: Raft,
+        log_writer_turns: watch::Receiver<u64>,
+        restored: Option<(u64, u64)>,
+    ) -> Self {
         let batcher = Batcher::start(raft.clone(), log_writer_turns);
-        Self { raft, batcher }
+        Self {
+            raft,
+            batcher,
+            restored,
+        }
     }
+}
+
+/// Whether a replica has applied every entry committed before: once it applied an entry of its
+/// current term (a leader's first entry comes after all of them), and a leader restored in its
+/// old term (`LogStore::restored_leadership`), which appends no first entry, once it applied
+/// what its log held at the restart.
+fn applied_its_log(
+    applied: Option<super::types::LogId>,
+    current_term: u64,
+    restored: Option<(u64, u64)>,
+) -> bool {
+    applied.is_some_and(|id| {
+        id.leader_id.term == current_term
+            && restored.is_none_or(|(term, last)| term != current_term || id.index >= last)
+    })
 }
 
 impl Replication for RaftGroup {
@@ -42,9 +68,11 @@ impl Replication for RaftGroup {
             term: metrics.current_term,
             last_log_index: metrics.last_log_index.unwrap_or(0),
             applied_index: metrics.last_applied.map_or(0, |id| id.index),
-            applied_current_term: metrics
-                .last_applied
-                .is_some_and(|id| id.leader_id.term == metrics.current_term),
+            applied_current_term: applied_its_log(
+                metrics.last_applied,
+                metrics.current_term,
+                self.restored,
+            ),
         }
     }
 
@@ -56,5 +84,37 @@ impl Replication for RaftGroup {
     /// by itself, so asking a quorum is the only proof.
     fn confirm_leadership(&self) -> BoxFuture<'_, bool> {
         Box::pin(async { self.raft.ensure_linearizable().await.is_ok() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log_id(term: u64, index: u64) -> super::super::types::LogId {
+        openraft::LogId::new(openraft::CommittedLeaderId::new(term, 1), index)
+    }
+
+    #[test]
+    fn a_leader_restored_in_its_old_term_has_applied_its_log_only_up_to_its_last_index() {
+        for (applied, term, restored, expected) in [
+            (None, 3, None, false),
+            // Elected: applied its term's first entry, or not yet.
+            (Some(log_id(3, 10)), 3, None, true),
+            (Some(log_id(2, 10)), 3, None, false),
+            // Restored in term 3 with entries up to 40 in its log.
+            (Some(log_id(3, 10)), 3, Some((3, 40)), false),
+            (Some(log_id(3, 39)), 3, Some((3, 40)), false),
+            (Some(log_id(3, 40)), 3, Some((3, 40)), true),
+            // Elected again since: the usual rule.
+            (Some(log_id(4, 41)), 4, Some((3, 40)), true),
+            (Some(log_id(3, 40)), 4, Some((3, 40)), false),
+        ] {
+            assert_eq!(
+                applied_its_log(applied, term, restored),
+                expected,
+                "applied {applied:?} in term {term}, restored {restored:?}"
+            );
+        }
     }
 }

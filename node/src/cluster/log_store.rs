@@ -334,6 +334,22 @@ pub struct LogStore {
 }
 
 impl LogStore {
+    /// When the stored vote is this node's own committed one, openraft restarts the group
+    /// with this node as its leader at once, in the old term and without a new first entry:
+    /// then answers that term and the last log index. Its read index then covers only what
+    /// it committed since the restart, so everything in its log, which holds every write it
+    /// acknowledged before, must be applied first (`RaftGroup::status`).
+    pub fn restored_leadership(&self, node: super::types::NodeId) -> Option<(u64, u64)> {
+        let state = self.state.lock();
+        let vote = state.vote?;
+        (vote.is_committed() && vote.leader_id().voted_for() == Some(node)).then(|| {
+            (
+                vote.leader_id().term,
+                state.last_log_id.map_or(0, |id| id.index),
+            )
+        })
+    }
+
     /// Log bytes of this group not yet purged behind a snapshot.
     pub fn unpurged_bytes(&self) -> u64 {
         self.state.lock().bytes

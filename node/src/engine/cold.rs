@@ -147,6 +147,9 @@ impl Engine {
         let mut last_sweep = Instant::now();
         loop {
             tick.tick().await;
+            // A new leader that has not applied its log may not know of every segment yet, and
+            // would upload records that are already cold (its flush would be trimmed or
+            // refused by the state machine; this saves the upload).
             if self.leadership() != Leadership::Here || !self.applied_its_log() {
                 // (A new leader applies its first entry within a round trip.)
                 continue;
@@ -272,15 +275,6 @@ impl Engine {
             .cold_flushed_bytes
             .fetch_add(until - local_from, Ordering::Relaxed);
         Ok(until - local_from)
-    }
-
-    /// Whether this replica has applied an entry of the current term (the blank entry a new
-    /// leader appends), and so every entry of earlier terms: a new leader that has not may
-    /// not know of every segment yet, and would upload records that are already cold. (Its
-    /// flush would then be trimmed or refused by the state machine; this saves the upload.)
-    fn applied_its_log(&self) -> bool {
-        self.group_status()
-            .is_none_or(|status| status.applied_current_term)
     }
 
     /// Deletes the group's objects that no segment refers to and that are older than

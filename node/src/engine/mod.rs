@@ -6,6 +6,7 @@ mod cold;
 pub mod error;
 mod metrics;
 mod read;
+mod read_barrier;
 mod registry;
 pub mod replication;
 mod touch;
@@ -105,6 +106,8 @@ pub struct Engine {
     max_uncommitted: u64,
     /// Set while the node drains: it takes no writes and lets its groups' leadership go.
     draining: std::sync::atomic::AtomicBool,
+    /// Reads wait here for a quorum's word that this node leads (`read_barrier`).
+    reads: read_barrier::ReadBarrier,
     store: Arc<Store>,
     registry: Arc<Registry>,
     touches: Arc<TouchTracker>,
@@ -248,6 +251,7 @@ impl Engine {
             uncommitted: Default::default(),
             max_uncommitted: settings.max_uncommitted,
             draining: Default::default(),
+            reads: Default::default(),
             store,
             registry,
             touches,
@@ -273,6 +277,35 @@ impl Engine {
             Proposer::Replicated(replication) => replication.confirm_leadership().await,
             Proposer::Local(_) => true,
         }
+    }
+
+    /// Whether this replica has applied an entry of the current term (the blank entry a new
+    /// leader appends), and so every entry committed in earlier terms.
+    pub(crate) fn applied_its_log(&self) -> bool {
+        self.group_status()
+            .is_none_or(|status| status.applied_current_term)
+    }
+
+    /// Waits, up to `server.request_timeout`, until a read here sees every acknowledged write:
+    /// a quorum confirmed this node leads, it applied the log up to that confirmation
+    /// (`read_barrier`), and it applied its own log (`applied_its_log`: openraft's read index
+    /// does not cover a leader restored in its old term). Answers whether it got there.
+    pub async fn ready_to_read(&self) -> bool {
+        let Proposer::Replicated(replication) = &self.proposer else {
+            return true;
+        };
+        let ready = async {
+            if !self.reads.pass(|| replication.confirm_leadership()).await {
+                return false;
+            }
+            while !self.applied_its_log() {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            true
+        };
+        tokio::time::timeout(self.request_timeout, ready)
+            .await
+            .unwrap_or(false)
     }
 
     /// Whether this node may propose to the group now.

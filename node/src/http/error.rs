@@ -51,6 +51,17 @@ impl ApiError {
         }
     }
 
+    /// A read at a node that believes it leads, and that a quorum did not confirm as the
+    /// leader (with its log applied) within the request's deadline (`Engine::ready_to_read`).
+    pub fn leader_not_caught_up() -> Self {
+        Self::new(
+            ErrorToken::NotLeader,
+            "this node could not confirm with a quorum that it leads the stream's Raft group \
+             (an election may be running)",
+        )
+        .at(Stage::BeforeProposal)
+    }
+
     pub fn at(mut self, stage: Stage) -> Self {
         self.stage = stage;
         self

@@ -82,8 +82,8 @@ impl Resource for RetentionAt {
     }
 }
 
-/// The resource a read names, in a group this node hosts and leads (the leader has applied
-/// every acknowledged write).
+/// The resource a read names, in a group this node hosts and leads, once it has applied every
+/// acknowledged write (`Engine::ready_to_read`).
 pub struct Led<R>(pub R);
 
 impl<R: Resource> FromRequestParts<Arc<App>> for Led<R> {
@@ -92,6 +92,9 @@ impl<R: Resource> FromRequestParts<Arc<App>> for Led<R> {
     async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, ApiError> {
         let target = app.target(parts.uri.path())?;
         app.require_leader(target.bucket())?;
+        if !app.engine(target.bucket())?.ready_to_read().await {
+            return Err(ApiError::leader_not_caught_up());
+        }
         R::of(target)
             .map(Self)
             .map_err(|target| method_not_allowed(&target, &parts.method))
