@@ -15,14 +15,22 @@ pub fn node() -> &'static Path {
     NODE.get_or_init(|| built("ursula-node", "ursula-node"))
 }
 
+/// `ursula-gateway`, the same way.
+pub fn gateway() -> &'static Path {
+    static GATEWAY: OnceLock<PathBuf> = OnceLock::new();
+    GATEWAY.get_or_init(|| built("ursula-gateway", "ursula-gateway"))
+}
+
 fn built(package: &str, bin: &str) -> PathBuf {
-    // A test runs as target/<profile>/deps/<test>-<hash>; the binaries are in target/<profile>.
+    // A test runs as target/<profile>/deps/<test>-<hash>, a binary (the chaos campaign) as
+    // target/<profile>/<bin>; the binaries are in target/<profile>.
     let exe = std::env::current_exe().expect("the test's own path");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("the test runs in target/<profile>/deps")
-        .to_owned();
+    let dir = exe.parent().expect("the executable's directory");
+    let profile_dir = if dir.file_name().is_some_and(|name| name == "deps") {
+        dir.parent().expect("target/<profile>/deps").to_owned()
+    } else {
+        dir.to_owned()
+    };
     let target_dir = profile_dir.parent().expect("target/<profile>").to_owned();
     let profile = profile_dir
         .file_name()

@@ -44,6 +44,15 @@ impl Voter {
         self.child.lock().is_some()
     }
 
+    /// Its resident memory (`VmRSS`), while it runs.
+    pub fn rss_kib(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+    }
+
     fn pid(&self) -> Option<libc::pid_t> {
         self.child
             .lock()
@@ -441,8 +450,7 @@ impl TestCluster {
     /// Waits until every running voter's own copy of the stream is the given bytes (its
     /// `/admin/replica` digest), and returns how long that took.
     pub async fn wait_replicas_equal(&self, bucket: &str, stream: &str, bytes: &[u8]) {
-        use sha2::Digest;
-        let expected = format!("{:x}", sha2::Sha256::digest(bytes));
+        let expected = crate::sha256_hex(bytes);
         let deadline = Instant::now() + Duration::from_secs(20);
         for voter in self.voters.iter().filter(|v| v.is_running()) {
             loop {

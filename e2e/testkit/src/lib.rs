@@ -16,6 +16,12 @@ pub use http::{Client, Http, Reply};
 
 pub use ursula_wire::placement::group_of;
 
+/// The SHA-256 of `bytes` in hex, as a voter's `/admin/replica` digest spells it.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    format!("{:x}", sha2::Sha256::digest(bytes))
+}
+
 /// A runtime for tests that also drive child processes from the test thread.
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()

@@ -1,0 +1,372 @@
+//! The one checker over a recorded history. Pure: the table tests below feed it histories with
+//! each anomaly planted, so that a check that cannot fail would show.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use crate::history::{History, Outcome};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Anomaly {
+    /// A line that no client wrote, or a torn one.
+    Foreign { stream: usize, line: String },
+    /// An acknowledged append that is not in the stream.
+    Lost { stream: usize, record: String },
+    /// A record in the stream more than once.
+    Duplicated { stream: usize, record: String },
+    /// A producer's records out of seq order.
+    Reordered { stream: usize, producer: usize },
+    /// A write refused as not applied that is in the stream, or a producer's seq answered as a
+    /// duplicate when every earlier attempt of it was refused as not applied.
+    MarkedButApplied { stream: usize, record: String },
+    /// A catch-up read whose bytes are not the start of the stream.
+    Diverged { stream: usize, read: usize },
+    /// A read that started after an append was acknowledged and does not hold it.
+    Stale {
+        stream: usize,
+        read: usize,
+        record: String,
+        /// When the append was acknowledged and the read started (ms into the run), and who
+        /// answered the read.
+        detail: String,
+    },
+    /// An SSE follower's bytes are not the start of the stream.
+    FollowerDiverged { stream: usize, follower: usize },
+}
+
+impl fmt::Display for Anomaly {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self:?}")
+    }
+}
+
+/// Every anomaly in `history`.
+pub fn check(history: &History) -> Vec<Anomaly> {
+    let mut anomalies = Vec::new();
+    // Where each record is in its stream's final bytes (record -> positions, by stream).
+    let mut found: Vec<HashMap<&str, Vec<usize>>> = Vec::new();
+    for (stream, text) in history.finals.iter().enumerate() {
+        let mut at = HashMap::new();
+        for (position, line) in text.lines().enumerate() {
+            if !is_record(line) {
+                anomalies.push(Anomaly::Foreign {
+                    stream,
+                    line: line.to_owned(),
+                });
+            }
+            at.entry(line).or_insert_with(Vec::new).push(position);
+        }
+        for (record, positions) in &at {
+            if positions.len() > 1 {
+                anomalies.push(Anomaly::Duplicated {
+                    stream,
+                    record: (*record).to_owned(),
+                });
+            }
+        }
+        found.push(at);
+    }
+    let count = |stream: usize, record: &str| {
+        found
+            .get(stream)
+            .and_then(|at| at.get(record))
+            .map_or(0, Vec::len)
+    };
+    // Who wrote what: a record of a writer that exists, in its own stream, was attempted.
+    let mut attempted: HashMap<String, usize> = HashMap::new();
+
+    for producer in &history.producers {
+        let stream = producer.stream;
+        let mut marked_only: HashMap<u64, bool> = HashMap::new();
+        for &(seq, outcome) in &producer.attempts {
+            attempted.insert(format!("p{}:{seq}", producer.id), stream);
+            let earlier_marked = *marked_only.get(&seq).unwrap_or(&true);
+            if outcome == Outcome::Duplicate && earlier_marked {
+                anomalies.push(Anomaly::MarkedButApplied {
+                    stream,
+                    record: format!("p{}:{seq}", producer.id),
+                });
+            }
+            marked_only.insert(seq, earlier_marked && outcome == Outcome::MarkedRefusal);
+        }
+        for seq in 0..producer.acked_at.len() as u64 {
+            let record = format!("p{}:{seq}", producer.id);
+            if count(stream, &record) == 0 {
+                anomalies.push(Anomaly::Lost { stream, record });
+            }
+        }
+        let prefix = format!("p{}:", producer.id);
+        let seqs: Vec<u64> = history.finals[stream]
+            .lines()
+            .filter_map(|line| line.strip_prefix(&prefix)?.parse().ok())
+            .collect();
+        if seqs.windows(2).any(|w| w[0] >= w[1]) {
+            anomalies.push(Anomaly::Reordered {
+                stream,
+                producer: producer.id,
+            });
+        }
+    }
+    for writer in &history.plain {
+        let stream = writer.stream;
+        for &(n, outcome, _) in &writer.writes {
+            let record = format!("q{}:{n}", writer.id);
+            attempted.insert(record.clone(), stream);
+            let present = count(stream, &record);
+            match outcome {
+                Outcome::Applied | Outcome::Duplicate if present == 0 => {
+                    anomalies.push(Anomaly::Lost { stream, record });
+                }
+                Outcome::MarkedRefusal if present > 0 => {
+                    anomalies.push(Anomaly::MarkedButApplied { stream, record });
+                }
+                _ => {}
+            }
+        }
+    }
+    for (stream, text) in history.finals.iter().enumerate() {
+        for line in text.lines().filter(|line| is_record(line)) {
+            if attempted.get(line) != Some(&stream) {
+                anomalies.push(Anomaly::Foreign {
+                    stream,
+                    line: line.to_owned(),
+                });
+            }
+        }
+    }
+
+    // Acknowledged appends, by stream: (record, when).
+    let mut acked: Vec<Vec<(String, u64)>> = vec![Vec::new(); history.finals.len()];
+    for producer in &history.producers {
+        for (seq, at) in producer.acked_at.iter().enumerate() {
+            acked[producer.stream].push((format!("p{}:{seq}", producer.id), *at));
+        }
+    }
+    for writer in &history.plain {
+        for &(n, outcome, at) in &writer.writes {
+            if outcome == Outcome::Applied {
+                acked[writer.stream].push((format!("q{}:{n}", writer.id), at));
+            }
+        }
+    }
+    for (i, read) in history.reads.iter().enumerate() {
+        let stream = read.stream;
+        if !history.finals[stream].starts_with(&read.bytes) {
+            anomalies.push(Anomaly::Diverged { stream, read: i });
+            continue;
+        }
+        let lines: std::collections::HashSet<&str> = read.bytes.lines().collect();
+        if let Some((record, at)) = acked[stream]
+            .iter()
+            .find(|(record, at)| *at < read.started_at && !lines.contains(record.as_str()))
+        {
+            anomalies.push(Anomaly::Stale {
+                stream,
+                read: i,
+                record: record.clone(),
+                detail: format!(
+                    "acknowledged at {at} ms, read at {} ms by {}, {} of the stream's {} bytes",
+                    read.started_at,
+                    read.via,
+                    read.bytes.len(),
+                    history.finals[stream].len()
+                ),
+            });
+        }
+    }
+    for (i, follow) in history.follows.iter().enumerate() {
+        if !history.finals[follow.stream].starts_with(&follow.data) {
+            anomalies.push(Anomaly::FollowerDiverged {
+                stream: follow.stream,
+                follower: i,
+            });
+        }
+    }
+    anomalies
+}
+
+/// `p{id}:{seq}` or `q{id}:{n}`.
+fn is_record(line: &str) -> bool {
+    let Some(rest) = line.strip_prefix('p').or_else(|| line.strip_prefix('q')) else {
+        return false;
+    };
+    let Some((id, n)) = rest.split_once(':') else {
+        return false;
+    };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    digits(id) && digits(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::{FollowLog, PlainLog, ProducerLog, ReadLog};
+
+    /// One stream: producer 0 wrote seqs 0..3 (acked at 10, 20, 30 ms), plain writer 0 wrote
+    /// q0:0 (applied at 15 ms) and q0:1 (unknown), and the stream holds all of it.
+    fn healthy() -> History {
+        History {
+            producers: vec![ProducerLog {
+                stream: 0,
+                id: 0,
+                attempts: vec![
+                    (0, Outcome::Applied),
+                    (1, Outcome::Unknown),
+                    (1, Outcome::Duplicate),
+                    (2, Outcome::Applied),
+                ],
+                acked_at: vec![10, 20, 30],
+            }],
+            plain: vec![PlainLog {
+                stream: 0,
+                id: 0,
+                writes: vec![(0, Outcome::Applied, 15), (1, Outcome::Unknown, 40)],
+            }],
+            reads: vec![ReadLog {
+                stream: 0,
+                started_at: 25,
+                bytes: "p0:0\nq0:0\np0:1\n".into(),
+                via: "voter 1".into(),
+            }],
+            follows: vec![FollowLog {
+                stream: 0,
+                data: "p0:0\nq0:0\n".into(),
+                reconnects: 1,
+            }],
+            finals: vec!["p0:0\nq0:0\np0:1\np0:2\nq0:1\n".into()],
+        }
+    }
+
+    #[test]
+    fn a_healthy_history_has_no_anomaly() {
+        assert_eq!(check(&healthy()), vec![]);
+        // An unknown plain append may also be absent.
+        let mut history = healthy();
+        history.finals[0] = "p0:0\nq0:0\np0:1\np0:2\n".into();
+        assert_eq!(check(&history), vec![]);
+    }
+
+    #[test]
+    fn every_planted_anomaly_is_found() {
+        type Plant = fn(&mut History);
+        let cases: Vec<(&str, Plant, Anomaly)> = vec![
+            (
+                "an acknowledged producer append lost",
+                |h| h.finals[0] = "p0:0\nq0:0\np0:1\nq0:1\n".into(),
+                Anomaly::Lost {
+                    stream: 0,
+                    record: "p0:2".into(),
+                },
+            ),
+            (
+                "an applied plain append lost",
+                |h| {
+                    h.finals[0] = "p0:0\np0:1\np0:2\n".into();
+                    h.reads.clear();
+                    h.follows.clear();
+                },
+                Anomaly::Lost {
+                    stream: 0,
+                    record: "q0:0".into(),
+                },
+            ),
+            (
+                "a record twice",
+                |h| h.finals[0].push_str("p0:2\n"),
+                Anomaly::Duplicated {
+                    stream: 0,
+                    record: "p0:2".into(),
+                },
+            ),
+            (
+                "a producer's records reordered",
+                |h| {
+                    h.finals[0] = "p0:0\nq0:0\np0:2\np0:1\nq0:1\n".into();
+                    h.reads.clear();
+                },
+                Anomaly::Reordered {
+                    stream: 0,
+                    producer: 0,
+                },
+            ),
+            (
+                "a torn line",
+                |h| h.finals[0].push_str("p0:\n"),
+                Anomaly::Foreign {
+                    stream: 0,
+                    line: "p0:".into(),
+                },
+            ),
+            (
+                "a record nobody sent",
+                |h| h.finals[0].push_str("q7:1\n"),
+                Anomaly::Foreign {
+                    stream: 0,
+                    line: "q7:1".into(),
+                },
+            ),
+            (
+                "a refusal marked not applied, applied",
+                |h| h.plain[0].writes[1].1 = Outcome::MarkedRefusal,
+                Anomaly::MarkedButApplied {
+                    stream: 0,
+                    record: "q0:1".into(),
+                },
+            ),
+            (
+                "a duplicate after only marked refusals",
+                |h| h.producers[0].attempts[1].1 = Outcome::MarkedRefusal,
+                Anomaly::MarkedButApplied {
+                    stream: 0,
+                    record: "p0:1".into(),
+                },
+            ),
+            (
+                "a read that is not the stream's start",
+                |h| h.reads[0].bytes = "p0:0\np0:1\n".into(),
+                Anomaly::Diverged { stream: 0, read: 0 },
+            ),
+            (
+                "a read after an acknowledgement without it",
+                |h| h.reads[0].bytes = "p0:0\n".into(),
+                Anomaly::Stale {
+                    stream: 0,
+                    read: 0,
+                    record: "p0:1".into(),
+                    detail: String::new(),
+                },
+            ),
+            (
+                "a follower that read other bytes",
+                |h| h.follows[0].data = "p0:0\np0:1\n".into(),
+                Anomaly::FollowerDiverged {
+                    stream: 0,
+                    follower: 0,
+                },
+            ),
+        ];
+        for (what, plant, expected) in cases {
+            let mut history = healthy();
+            plant(&mut history);
+            // Compared without the details meant for people.
+            let found: Vec<Anomaly> = check(&history)
+                .into_iter()
+                .map(|anomaly| match anomaly {
+                    Anomaly::Stale {
+                        stream,
+                        read,
+                        record,
+                        ..
+                    } => Anomaly::Stale {
+                        stream,
+                        read,
+                        record,
+                        detail: String::new(),
+                    },
+                    other => other,
+                })
+                .collect();
+            assert!(found.contains(&expected), "{what}: found {found:?}");
+        }
+    }
+}
