@@ -254,10 +254,18 @@ async fn fake_api_with_an_issuer_ref_cert_manager_issues_the_voters_certificates
         );
     }
     assert!(
-        setup.api.get(&format!("{certificates}/uc-node-5")).is_none(),
+        setup
+            .api
+            .get(&format!("{certificates}/uc-node-5"))
+            .is_none(),
         "a voter the cluster no longer has keeps no Certificate"
     );
-    assert!(setup.api.get(&format!("{certificates}/someone-elses")).is_some());
+    assert!(
+        setup
+            .api
+            .get(&format!("{certificates}/someone-elses"))
+            .is_some()
+    );
     for own in ["uc-ca", "uc-cluster-tls"] {
         let path = format!("/api/v1/namespaces/ns/secrets/{own}");
         assert!(setup.api.get(&path).is_none(), "{own}: cert-manager issues");
