@@ -76,9 +76,26 @@ impl Client {
     }
 
     /// Where a request for `path` goes: its leader's URL once a redirect named it.
+    /// Where to send a request for `path` (which may carry a query): the leader a redirect for
+    /// its stream named, or the server.
     pub fn target(&self, path: &str) -> String {
-        let known = self.leaders.read().ok().and_then(|l| l.get(path).cloned());
-        known.unwrap_or_else(|| self.url(path))
+        let (stream, query) = match path.split_once('?') {
+            Some((stream, query)) => (stream, Some(query)),
+            None => (path, None),
+        };
+        let known = self
+            .leaders
+            .read()
+            .ok()
+            .and_then(|l| l.get(stream).cloned());
+        match (known, query) {
+            (Some(leader), Some(query)) => {
+                let base = leader.split_once('?').map_or(leader.as_str(), |(b, _)| b);
+                format!("{base}?{query}")
+            }
+            (Some(leader), None) => leader,
+            (None, _) => self.url(path),
+        }
     }
 
     pub fn remember_leader(&self, path: &str, location: &str) {
@@ -93,11 +110,32 @@ impl Client {
         &self,
         path: &str,
     ) -> Result<(StatusCode, Option<String>, bool, usize), Error> {
-        let request = Request::builder()
-            .method(Method::GET)
-            .uri(self.target(path))
-            .body(Full::new(Bytes::new()))?;
-        let response = self.inner.request(request).await?;
+        let mut url = self.target(path);
+        let mut hops = 0;
+        let response = loop {
+            let request = Request::builder()
+                .method(Method::GET)
+                .uri(&url)
+                .body(Full::new(Bytes::new()))?;
+            let response = self.inner.request(request).await?;
+            let location = response
+                .headers()
+                .get("location")
+                .and_then(|l| l.to_str().ok())
+                .map(str::to_owned);
+            match location {
+                Some(location)
+                    if response.status() == StatusCode::TEMPORARY_REDIRECT && hops < 4 =>
+                {
+                    response.into_body().collect().await?;
+                    let stream = path.split_once('?').map_or(path, |(s, _)| s);
+                    self.remember_leader(stream, &location);
+                    url = location;
+                    hops += 1;
+                }
+                _ => break response,
+            }
+        };
         let status = response.status();
         let header = |name: &str| {
             response
