@@ -158,20 +158,21 @@ fn admin_token(api: &FakeApiServer) -> String {
     String::from_utf8(token.0).expect("UTF-8")
 }
 
-fn condition(cluster: &Value, type_: &str) -> String {
+/// A field of the cluster's condition `type_` ("" when absent).
+fn condition_field(cluster: &Value, type_: &str, field: &str) -> String {
     cluster["status"]["conditions"]
         .as_array()
         .and_then(|c| c.iter().find(|c| c["type"] == type_))
-        .map(|c| c["status"].as_str().unwrap_or_default().to_owned())
+        .map(|c| c[field].as_str().unwrap_or_default().to_owned())
         .unwrap_or_default()
 }
 
+fn condition(cluster: &Value, type_: &str) -> String {
+    condition_field(cluster, type_, "status")
+}
+
 fn condition_message(cluster: &Value, type_: &str) -> String {
-    cluster["status"]["conditions"]
-        .as_array()
-        .and_then(|c| c.iter().find(|c| c["type"] == type_))
-        .map(|c| c["message"].as_str().unwrap_or_default().to_owned())
-        .unwrap_or_default()
+    condition_field(cluster, type_, "message")
 }
 
 #[tokio::test]

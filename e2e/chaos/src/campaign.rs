@@ -218,8 +218,8 @@ pub fn run(schedule: &Schedule, partitions: bool) -> Report {
         );
         for stream in 0..schedule.workload.streams {
             let bytes = cluster.read_all(&stream_path(stream)).await;
-            if let Err(differ) = replicas_equal(&cluster, &bucket(stream), &bytes).await {
-                anomalies.push(differ);
+            if let Err(differs) = cluster.replicas_equal(&bucket(stream), "s", &bytes).await {
+                anomalies.push(format!("after healing, {differs}"));
             }
             history
                 .finals
@@ -341,7 +341,7 @@ async fn inject(
             // Undrained until it says so (it may be busy catching up).
             for _ in 0..50 {
                 let answer = admin
-                    .try_send(Method::POST, "/admin/undrain", &[], Bytes::new())
+                    .try_send(Method::DELETE, "/admin/drain", &[], Bytes::new())
                     .await;
                 if answer.is_ok_and(|r| r.status == StatusCode::OK) {
                     break;
@@ -355,40 +355,4 @@ async fn inject(
             tokio::task::block_in_place(|| gateway.spawn());
         }
     }
-}
-
-/// Whether every voter's own copy of the bucket's stream is `bytes` (its `/admin/replica`
-/// digest), within 20 s of healing.
-async fn replicas_equal(cluster: &TestCluster, bucket: &str, bytes: &[u8]) -> Result<(), String> {
-    let expected = ursula_testkit::sha256_hex(bytes);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    for voter in cluster.voters.iter() {
-        loop {
-            let reply = voter
-                .admin()
-                .try_send(
-                    Method::GET,
-                    &format!("/admin/replica/{bucket}/s"),
-                    &[],
-                    Bytes::new(),
-                )
-                .await;
-            let digest = reply.ok().and_then(|r| {
-                serde_json::from_slice::<serde_json::Value>(&r.body)
-                    .ok()
-                    .and_then(|v| v["sha256"].as_str().map(str::to_owned))
-            });
-            if digest.as_deref() == Some(expected.as_str()) {
-                break;
-            }
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "voter {}'s copy of {bucket}/s differs after healing: {digest:?}, expected {expected}",
-                    voter.id
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-    Ok(())
 }

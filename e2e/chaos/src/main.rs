@@ -68,7 +68,7 @@ fn main() -> ExitCode {
                 .collect();
         }
         println!("seed {seed}: {}", schedule.describe());
-        let report = campaign::run(&schedule, abilities.partitions);
+        let report = run_one(&schedule, abilities.partitions);
         println!(
             "seed {seed}: {} operations, {} anomalies, {:.1} s",
             report.operations,
@@ -99,13 +99,29 @@ fn main() -> ExitCode {
     }
 }
 
+/// One run; a run that panics (a voter that never became ready, a read no voter answered)
+/// fails its seed, and the campaign goes on.
+fn run_one(schedule: &Schedule, partitions: bool) -> Report {
+    let started = std::time::Instant::now();
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        campaign::run(schedule, partitions)
+    }))
+    .unwrap_or_else(|_| Report {
+        seed: schedule.seed,
+        faults: schedule.steps.iter().map(|s| s.fault.kind()).collect(),
+        operations: 0,
+        anomalies: vec!["the run panicked (its message is above)".into()],
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
 /// Drops faults one at a time while the run still finds an anomaly.
 fn shrink(schedule: &Schedule, partitions: bool) -> Schedule {
     let mut smallest = schedule.clone();
     let mut i = 0;
     while i < smallest.steps.len() {
         let candidate = smallest.without(i);
-        if campaign::run(&candidate, partitions).anomalies.is_empty() {
+        if run_one(&candidate, partitions).anomalies.is_empty() {
             i += 1;
         } else {
             smallest = candidate;

@@ -448,8 +448,21 @@ impl TestCluster {
     }
 
     /// Waits until every running voter's own copy of the stream is the given bytes (its
-    /// `/admin/replica` digest), and returns how long that took.
+    /// `/admin/replica` digest); panics after 20 s.
     pub async fn wait_replicas_equal(&self, bucket: &str, stream: &str, bytes: &[u8]) {
+        if let Err(differs) = self.replicas_equal(bucket, stream, bytes).await {
+            panic!("{differs}");
+        }
+    }
+
+    /// Whether every running voter's own copy of the stream becomes the given bytes within
+    /// 20 s; if not, which voter's differs.
+    pub async fn replicas_equal(
+        &self,
+        bucket: &str,
+        stream: &str,
+        bytes: &[u8],
+    ) -> Result<(), String> {
         let expected = crate::sha256_hex(bytes);
         let deadline = Instant::now() + Duration::from_secs(20);
         for voter in self.voters.iter().filter(|v| v.is_running()) {
@@ -471,14 +484,16 @@ impl TestCluster {
                 if digest.as_deref() == Some(expected.as_str()) {
                     break;
                 }
-                assert!(
-                    Instant::now() < deadline,
-                    "voter {}'s copy of {bucket}/{stream} differs: {digest:?}, expected {expected}",
-                    voter.id
-                );
+                if Instant::now() >= deadline {
+                    return Err(format!(
+                        "voter {}'s copy of {bucket}/{stream} differs: {digest:?}, expected {expected}",
+                        voter.id
+                    ));
+                }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
+        Ok(())
     }
 
     pub fn log_of(&self, i: usize) -> String {
