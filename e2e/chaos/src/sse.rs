@@ -10,8 +10,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
-use crate::schedule::Entry;
-use crate::workload::Entries;
+use std::net::SocketAddr;
 
 pub enum Event {
     /// A data event's text, each of its lines ended by a newline again (every record of the
@@ -29,21 +28,15 @@ pub struct Events {
 
 type Body = Empty<Bytes>;
 
-/// Opens `target` through `entry`; an answer other than a 200 event stream is an error.
+/// Opens `target` at `addr`, following a redirect to the voter it names (`voters`, by node ID
+/// from 1); an answer other than a 200 event stream is an error.
 pub async fn subscribe(
-    entries: &Entries,
-    entry: Entry,
+    mut addr: SocketAddr,
+    voters: &[SocketAddr],
     target: &str,
     stop: &AtomicBool,
 ) -> Result<Events, String> {
     let client: Client<_, Body> = Client::builder(TokioExecutor::new()).build_http();
-    let mut addr = match entry {
-        Entry::Gateway => entries.gateway,
-        Entry::Voter(v) => {
-            let voter = &entries.cluster.voters[v];
-            (voter.ip, voter.client_port).into()
-        }
-    };
     for _ in 0..4 {
         if stop.load(Ordering::Relaxed) {
             break;
@@ -61,10 +54,9 @@ pub async fn subscribe(
                 .get("x-ursula-leader-id")
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.parse::<usize>().ok())
-                .filter(|id| (1..=entries.cluster.voters.len()).contains(id))
+                .filter(|id| (1..=voters.len()).contains(id))
                 .ok_or("a redirect without a leader")?;
-            let voter = &entries.cluster.voters[leader - 1];
-            addr = (voter.ip, voter.client_port).into();
+            addr = voters[leader - 1];
             continue;
         }
         if response.status() != StatusCode::OK {

@@ -299,7 +299,17 @@ pub async fn follow(
     let mut offset = "-1".to_owned();
     while !stop.load(Ordering::Relaxed) {
         let target = format!("{path}?offset={offset}&live=sse");
-        match crate::sse::subscribe(&entries, entry, &target, &stop).await {
+        let voters: Vec<std::net::SocketAddr> = entries
+            .cluster
+            .voters
+            .iter()
+            .map(|v| (v.ip, v.client_port).into())
+            .collect();
+        let first = match entry {
+            Entry::Gateway => entries.gateway,
+            Entry::Voter(v) => voters[v],
+        };
+        match crate::sse::subscribe(first, &voters, &target, &stop).await {
             Ok(mut events) => {
                 // A data event counts once its control event came: a client that loses the
                 // connection between the two resumes from the previous offset and reads it
