@@ -154,8 +154,15 @@ pub struct RaftConfig {
     pub wal: WalConfig,
     /// Raft groups streams are spread over (by bucket). Fixed for the life of a cluster.
     pub group_count: usize,
-    /// Every voter, this node included. Empty, or only this node: a single node.
+    /// The address book: this node and the voters it knows of. A new cluster's first
+    /// membership is this list (unless `join`); nodes added since are learned from the Raft
+    /// log. Empty: a single node without Raft. Only this node: a cluster of one voter, which
+    /// can grow.
     pub peers: Vec<Peer>,
+    /// Join a cluster that exists instead of seeding one: the node initializes nothing, waits
+    /// to be added as a learner, and, when its data directory is empty, never votes with the
+    /// identity it may have had before (it is brought back through a membership change).
+    pub join: bool,
     /// How often a leader sends heartbeats.
     #[serde(deserialize_with = "duration")]
     pub heartbeat_interval: Duration,
@@ -190,7 +197,7 @@ pub struct GroupVoters {
 }
 
 /// A voter: its ID, where peers reach it, and where clients are sent to reach it.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Peer {
     pub id: u64,
@@ -227,6 +234,7 @@ impl Default for RaftConfig {
             wal: WalConfig::default(),
             group_count: 16,
             peers: Vec::new(),
+            join: false,
             heartbeat_interval: Duration::from_millis(100),
             election_timeout: Duration::from_millis(1000),
             rpc_timeout: None,
@@ -449,7 +457,7 @@ impl Config {
 
     /// Whether this node replicates with peers (otherwise it is a single node).
     pub fn is_replicated(&self) -> bool {
-        self.raft.peers.iter().any(|peer| peer.id != self.node_id)
+        !self.raft.peers.is_empty()
     }
 
     fn validate_peers(&self) -> Result<(), ConfigError> {

@@ -145,6 +145,7 @@ pub async fn start(config: Config) -> Result<Node, StartError> {
                 .map_err(StartError::Cluster)?;
             let (engines, log) = (replicas.engines, replicas.log);
             let rafts = Arc::new(replicas.rafts);
+            let rejoining = replicas.rejoining;
             let metrics = engines
                 .iter()
                 .flatten()
@@ -153,17 +154,26 @@ pub async fn start(config: Config) -> Result<Node, StartError> {
                 .unwrap_or_default();
             tokio::spawn(cluster::service::serve(
                 listener,
-                rafts,
-                metrics,
+                Arc::new(cluster::service::Served {
+                    rafts: rafts.clone(),
+                    metrics,
+                    rejoining: rejoining.clone(),
+                }),
                 transport.tls.clone(),
                 stop_signal.clone(),
             ));
+            let members = cluster::membership::Members {
+                rafts,
+                book: view.book.clone(),
+                rejoining,
+                transport,
+            };
             let groups = Groups::replicated(engines, view);
             (
                 groups,
                 log.unpurged_bytes.clone(),
                 Some(cluster_addr),
-                Some(transport),
+                Some(Arc::new(members)),
             )
         }
     };
@@ -203,7 +213,7 @@ pub async fn start(config: Config) -> Result<Node, StartError> {
         groups: groups.clone(),
         ready: Default::default(),
         drain_wait: config.raft.election_timeout * 4,
-        peers: transport,
+        members: transport,
     });
     tokio::spawn(admin::serve(admin, admin_state.clone()));
     let admission = admission::Admission::new(&config, log_bytes);

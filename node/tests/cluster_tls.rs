@@ -249,7 +249,8 @@ fn only_a_voter_with_its_own_certificate_speaks_raft() {
             )
             .unwrap();
             let authority = target.cluster_addr.to_string();
-            let client = http2_client(Some(&node3), [(authority.clone(), 2)].into()).unwrap();
+            let at = authority.clone();
+            let client = http2_client(Some(&node3), move |a| (a == at).then_some(2)).unwrap();
             for (route, from, body) in [
                 ("snapshot", "3", snapshot_from(1)),
                 ("purge", "1", b"tls".to_vec()),

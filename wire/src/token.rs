@@ -33,6 +33,9 @@ pub enum ErrorToken {
     ProducerSeqGap,
     ForkSourceDeleted,
     SnapshotConflict,
+    /// An admin membership change that cannot be made as asked (e.g. promoting a node that
+    /// is not a learner); nothing changed.
+    MembershipConflict,
     // 410
     StreamDeleted,
     OffsetNotRetained,
@@ -88,6 +91,7 @@ impl ErrorToken {
             Self::ProducerSeqGap => "ProducerSeqGap",
             Self::ForkSourceDeleted => "ForkSourceDeleted",
             Self::SnapshotConflict => "SnapshotConflict",
+            Self::MembershipConflict => "MembershipConflict",
             Self::StreamDeleted => "StreamDeleted",
             Self::OffsetNotRetained => "OffsetNotRetained",
             Self::RequestBodyTooLarge => "RequestBodyTooLarge",
@@ -136,7 +140,8 @@ impl ErrorToken {
             | Self::StreamSeqConflict
             | Self::ProducerSeqGap
             | Self::ForkSourceDeleted
-            | Self::SnapshotConflict => 409,
+            | Self::SnapshotConflict
+            | Self::MembershipConflict => 409,
             Self::StreamDeleted | Self::OffsetNotRetained => 410,
             Self::RequestBodyTooLarge => 413,
             Self::TooManyProducers | Self::RateLimited => 429,

@@ -102,20 +102,34 @@ fn log_tail(path: &std::path::Path) -> String {
 impl TestCluster {
     /// Starts `n` voters with fast elections; `raft_extra` is added to each `[raft]` table.
     pub fn start(n: usize, raft_extra: &str) -> Self {
-        Self::start_on(None, n, "", raft_extra)
+        Self::start_on(None, n, 0, "", raft_extra)
+    }
+
+    /// Starts `n` voters, with room for `spare` more (IDs `n + 1` and up): their configs join
+    /// the cluster (`raft.join`) and list every voter, but they start only with
+    /// `start_spare`, to be added through the admin API's membership routes.
+    pub fn start_growable(n: usize, spare: usize, raft_extra: &str) -> Self {
+        Self::start_on(None, n, spare, "", raft_extra)
     }
 
     /// The same, with `server_extra` added to each `[server]` table.
     pub fn start_with(n: usize, server_extra: &str, raft_extra: &str) -> Self {
-        Self::start_on(None, n, server_extra, raft_extra)
+        Self::start_on(None, n, 0, server_extra, raft_extra)
     }
 
     /// Starts `n` voters, each in its own namespace of `network`, on the contract's ports.
     pub fn start_partitionable(network: Network, n: usize, raft_extra: &str) -> Self {
-        Self::start_on(Some(network), n, "", raft_extra)
+        Self::start_on(Some(network), n, 0, "", raft_extra)
     }
 
-    fn start_on(network: Option<Network>, n: usize, server_extra: &str, raft_extra: &str) -> Self {
+    fn start_on(
+        network: Option<Network>,
+        seed: usize,
+        spare: usize,
+        server_extra: &str,
+        raft_extra: &str,
+    ) -> Self {
+        let n = seed + spare;
         let dir = tempfile::tempdir().expect("tempdir");
         // (client ip, cluster ip, client, admin and cluster ports) of each voter.
         let addresses: Vec<(Ipv4Addr, Ipv4Addr, [u16; 3])> = match &network {
@@ -144,8 +158,11 @@ impl TestCluster {
         };
         let ids: Vec<u64> = (1..=n as u64).collect();
         let (certs, authority) = crate::certs::write_cluster(&dir.path().join("tls"), &ids);
-        let mut peers = String::new();
+        let (mut peers, mut seed_peers) = (String::new(), String::new());
         for (id, (client_ip, cluster_ip, ports)) in addresses.iter().enumerate() {
+            if id == seed {
+                seed_peers = peers.clone();
+            }
             peers.push_str(&format!(
                 "[[raft.peers]]\nid = {}\ncluster_url = \"https://{cluster_ip}:{}\"\nclient_url = \"http://{client_ip}:{}\"\n",
                 id + 1,
@@ -153,13 +170,21 @@ impl TestCluster {
                 ports[0],
             ));
         }
+        if spare == 0 {
+            seed_peers = peers.clone();
+        }
         let mut voters = Vec::new();
         for (id, &(client_ip, cluster_ip, ports)) in addresses.iter().enumerate() {
+            let (join, peers) = if id < seed {
+                ("", &seed_peers)
+            } else {
+                ("join = true\n", &peers)
+            };
             let data = dir.path().join(format!("node-{}", id + 1));
             std::fs::create_dir_all(&data).expect("data dir");
             let config = dir.path().join(format!("node-{}.toml", id + 1));
             let text = format!(
-                "node_id = {}\ndata_dir = {:?}\n[server]\nlisten = \"{client_ip}:{}\"\nadmin_listen = \"{client_ip}:{}\"\ncluster_listen = \"{cluster_ip}:{}\"\nlong_poll_timeout = \"300ms\"\n{}{server_extra}\n[raft]\ngroup_count = {group_count}\n{timeouts}{raft_extra}\n[raft.wal]\nmin_available_size = 1048576\nresume_available_size = 2097152\n{peers}",
+                "node_id = {}\ndata_dir = {:?}\n[server]\nlisten = \"{client_ip}:{}\"\nadmin_listen = \"{client_ip}:{}\"\ncluster_listen = \"{cluster_ip}:{}\"\nlong_poll_timeout = \"300ms\"\n{}{server_extra}\n[raft]\ngroup_count = {group_count}\n{join}{timeouts}{raft_extra}\n[raft.wal]\nmin_available_size = 1048576\nresume_available_size = 2097152\n{peers}",
                 id + 1,
                 data,
                 ports[0],
@@ -188,10 +213,75 @@ impl TestCluster {
             group_count,
             network,
         };
-        for i in 0..n {
+        for i in 0..seed {
             cluster.spawn(i);
         }
         cluster
+    }
+
+    /// Starts spare voter `i` (see `start_growable`).
+    pub fn start_spare(&self, i: usize) {
+        self.spawn(i);
+    }
+
+    /// Voter `i` loses its volume: SIGKILL, its data directory emptied, and its config set to
+    /// join the cluster, as a pod on a new volume would be. Not started again.
+    pub fn wipe(&self, i: usize) {
+        self.kill(i);
+        let voter = &self.voters[i];
+        let data = self.dir.path().join(format!("node-{}", voter.id));
+        std::fs::remove_dir_all(&data).expect("remove the data dir");
+        std::fs::create_dir_all(&data).expect("data dir");
+        let config = std::fs::read_to_string(&voter.config).expect("config");
+        if !config.contains("join = true") {
+            let config = config.replacen("[raft]\n", "[raft]\njoin = true\n", 1);
+            std::fs::write(&voter.config, config).expect("config");
+        }
+    }
+
+    /// Voter `i`'s admin API, with a JSON body or none: the answer's status and JSON.
+    pub async fn admin_call(
+        &self,
+        i: usize,
+        method: Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> (StatusCode, serde_json::Value) {
+        let body = body.map_or_else(Bytes::new, |v| Bytes::from(v.to_string()));
+        let headers: &[(&str, &str)] = &[("content-type", "application/json")];
+        match self.voters[i]
+            .admin()
+            .try_send(method, path, headers, body)
+            .await
+        {
+            Ok(reply) => (
+                reply.status,
+                serde_json::from_slice(&reply.body).unwrap_or(serde_json::Value::Null),
+            ),
+            Err(error) => (
+                StatusCode::BAD_GATEWAY,
+                serde_json::json!({ "error": error }),
+            ),
+        }
+    }
+
+    /// Every group as its leader reports it (`GET /admin/membership` of each running voter).
+    pub async fn membership(&self) -> Vec<ursula_wire::admin::GroupMembership> {
+        let mut reports = Vec::new();
+        for (i, voter) in self.voters.iter().enumerate() {
+            if !voter.is_running() {
+                continue;
+            }
+            let (status, body) = self
+                .admin_call(i, Method::GET, "/admin/membership", None)
+                .await;
+            if status == StatusCode::OK
+                && let Ok(report) = serde_json::from_value(body)
+            {
+                reports.push(report);
+            }
+        }
+        ursula_wire::admin::MembershipReport::leaders_view(&reports)
     }
 
     fn spawn(&self, i: usize) {

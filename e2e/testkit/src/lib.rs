@@ -7,6 +7,7 @@ pub mod binaries;
 pub mod certs;
 pub mod cluster;
 mod http;
+pub mod load;
 pub mod netns;
 pub mod node;
 pub mod ports;

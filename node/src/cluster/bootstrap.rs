@@ -5,13 +5,15 @@ use std::sync::Arc;
 use super::group::RaftGroup;
 use super::log_store::{LogDb, LogStore};
 use super::network::GroupNetwork;
+use super::rejoin::Rejoining;
 use super::state_machine::GroupStateMachine;
 use super::transport::Transport;
 use super::types::Raft;
-use super::{ClusterView, cluster_urls, membership};
+use super::{ClusterView, membership};
 use crate::config::Config;
 use crate::engine::replication::BoxFuture;
 use crate::engine::{Engine, EngineSettings, Metrics, Replication, Sequencer, TAIL_CACHE_BYTES};
+use std::sync::atomic::AtomicBool;
 
 /// openraft's settings. openraft 0.9 gives every AppendEntries (heartbeats too) its heartbeat
 /// interval as the deadline, so with a 100 ms heartbeat a follower whose fsync stalls for
@@ -44,6 +46,7 @@ pub struct Replicas {
     pub engines: Vec<Option<Arc<Engine>>>,
     pub rafts: Vec<Option<Raft>>,
     pub log: Arc<LogDb>,
+    pub rejoining: Arc<Rejoining>,
 }
 
 /// Opens and starts every group this node hosts. A group whose log is empty joins its static
@@ -54,21 +57,29 @@ pub async fn start_groups(
     transport: &Transport,
 ) -> Result<Replicas, String> {
     let metrics = Arc::new(Metrics::default());
+    let raft_dir = config.data_dir.join("raft");
+    let rejoining = Arc::new(Rejoining::open(
+        &raft_dir,
+        !raft_dir.exists(),
+        view.join,
+        (0..config.raft.group_count)
+            .filter(|group| view.hosts(*group))
+            .map(|group| group as u32),
+    )?);
     let log = LogDb::open(
-        &config.data_dir.join("raft"),
+        &raft_dir,
         config.raft.wal.segment_size,
         config.raft.group_count,
         metrics.clone(),
     )?;
     let settings = raft_config(config)?;
     let client = transport.http.clone();
-    let urls = Arc::new(cluster_urls(view));
-    let links = super::network::peer_links(&urls, view.node_id, transport.tls.as_ref());
     let health = Arc::new(super::link_health::LinkHealth::default());
     let mut replicas = Replicas {
         engines: Vec::with_capacity(config.raft.group_count),
         rafts: Vec::with_capacity(config.raft.group_count),
         log: log.clone(),
+        rejoining: rejoining.clone(),
     };
     for group in 0..config.raft.group_count {
         if !view.hosts(group) {
@@ -82,8 +93,7 @@ pub async fn start_groups(
             group,
             this_node: view.node_id,
             client: client.clone(),
-            urls: urls.clone(),
-            links: links.clone(),
+            book: view.book.clone(),
             health: health.clone(),
         };
         // The engine keeps the Replication; this node's heartbeats and its cluster listener
@@ -91,7 +101,9 @@ pub async fn start_groups(
         let (started, raft) = tokio::sync::oneshot::channel();
         let start = {
             let (settings, view, log) = (settings.clone(), view.clone(), log.clone());
-            let first_entry = FirstEntry::of(config, &view, group);
+            let rejoining = rejoining.clone();
+            // A node that joins waits to be added; it seeds nothing.
+            let first_entry = (!view.join).then(|| FirstEntry::of(config, &view, group));
             let snapshot_budget =
                 (config.raft.snapshot_log_budget / config.raft.group_count as u64).max(1);
             move |parts| -> BoxFuture<'static, Result<Arc<dyn Replication>, String>> {
@@ -108,15 +120,34 @@ pub async fn start_groups(
                     )
                     .await
                     .map_err(|e| format!("cannot start Raft: {e}"))?;
-                    first_entry.join(&raft).await?;
+                    let campaigns = Arc::new(AtomicBool::new(true));
+                    if rejoining.contains(group) {
+                        raft.runtime_config().elect(false);
+                    }
+                    tokio::spawn(super::membership::follow(
+                        raft.clone(),
+                        group,
+                        view.book.clone(),
+                        rejoining.clone(),
+                        campaigns.clone(),
+                    ));
+                    if let Some(first_entry) = first_entry {
+                        first_entry.join(&raft).await?;
+                    }
                     tokio::spawn(snapshot_on_log_bytes(
                         raft.clone(),
                         log_store,
                         snapshot_budget,
                     ));
                     let _ = started.send(raft.clone());
-                    let group: Arc<dyn Replication> =
-                        Arc::new(RaftGroup::new(raft, log.writer_turns(), restored));
+                    let group: Arc<dyn Replication> = Arc::new(RaftGroup::new(
+                        raft,
+                        group,
+                        log.writer_turns(),
+                        restored,
+                        campaigns,
+                        rejoining,
+                    ));
                     Ok(group)
                 })
             }

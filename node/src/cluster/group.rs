@@ -1,10 +1,12 @@
 //! A group's openraft instance as the engine's `Replication`.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::{oneshot, watch};
 
 use super::batcher::Batcher;
+use super::rejoin::Rejoining;
 use super::types::Raft;
 use crate::engine::replication::BoxFuture;
 use crate::engine::{EngineError, GroupStatus, Replication, UncommittedGuard};
@@ -12,7 +14,12 @@ use crate::machine::{Command, Outcome};
 
 pub struct RaftGroup {
     raft: Raft,
+    group: u32,
     batcher: Arc<Batcher>,
+    /// Whether the node lets its replicas campaign (a drain does not); a rejoining replica
+    /// campaigns only once readmitted (`membership::follow`).
+    campaigns: Arc<AtomicBool>,
+    rejoining: Arc<Rejoining>,
     /// The term this node led the group in when it restarted, and its last log index then
     /// (`LogStore::restored_leadership`).
     restored: Option<(u64, u64)>,
@@ -23,13 +30,19 @@ impl RaftGroup {
     /// node's Raft log writer (`log_writer_turns`).
     pub fn new(
         raft: Raft,
+        group: u32,
         log_writer_turns: watch::Receiver<u64>,
         restored: Option<(u64, u64)>,
+        campaigns: Arc<AtomicBool>,
+        rejoining: Arc<Rejoining>,
     ) -> Self {
         let batcher = Batcher::start(raft.clone(), log_writer_turns);
         Self {
             raft,
+            group,
             batcher,
+            campaigns,
+            rejoining,
             restored,
         }
     }
@@ -77,7 +90,10 @@ impl Replication for RaftGroup {
     }
 
     fn allow_campaigns(&self, allow: bool) {
-        self.raft.runtime_config().elect(allow);
+        self.campaigns.store(allow, Ordering::Relaxed);
+        self.raft
+            .runtime_config()
+            .elect(allow && !self.rejoining.contains(self.group));
     }
 
     /// openraft's read index: an openraft leader cut off from its voters does not step down

@@ -15,6 +15,7 @@
 //!   framed by `frame`; snapshots and forwarded purges are HTTP/2 requests. `transport`
 //!   is how voters connect and prove their node IDs (mutual TLS).
 
+pub mod address_book;
 pub mod batcher;
 pub mod bootstrap;
 mod call_error;
@@ -24,8 +25,10 @@ mod group;
 mod link_health;
 pub mod log_store;
 mod log_writer;
+pub mod membership;
 pub mod network;
 pub mod peer_link;
+pub mod rejoin;
 pub mod service;
 pub mod state_machine;
 pub mod transport;
@@ -34,14 +37,18 @@ pub mod types;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use crate::config::{Config, Peer};
+use crate::config::Config;
 use types::{NodeId, Raft};
 
 /// What a node knows of the cluster it belongs to.
 pub struct ClusterView {
     pub node_id: NodeId,
-    /// Every voter by ID, including this node.
-    pub peers: BTreeMap<NodeId, Peer>,
+    /// Where every node is, this one included.
+    pub book: Arc<address_book::AddressBook>,
+    /// The voters of a new cluster: `raft.peers`.
+    seed: Vec<NodeId>,
+    /// Whether this node joins a cluster that exists (`raft.join`) instead of seeding one.
+    pub join: bool,
     /// Groups on a subset of the voters.
     group_voters: HashMap<usize, Vec<NodeId>>,
 }
@@ -51,12 +58,8 @@ impl ClusterView {
         if !config.is_replicated() {
             return None;
         }
-        let peers = config
-            .raft
-            .peers
-            .iter()
-            .map(|peer| (peer.id, peer.clone()))
-            .collect();
+        let mut seed: Vec<NodeId> = config.raft.peers.iter().map(|peer| peer.id).collect();
+        seed.sort_unstable();
         let group_voters = config
             .raft
             .group_voters
@@ -70,43 +73,41 @@ impl ClusterView {
             .collect();
         Some(Arc::new(Self {
             node_id: config.node_id,
-            peers,
+            book: Arc::new(address_book::AddressBook::new(
+                config.node_id,
+                &config.raft.peers,
+            )),
+            seed,
+            join: config.raft.join,
             group_voters,
         }))
     }
 
-    /// The voters of `group`, in ID order.
+    /// The voters `group` was seeded with, in ID order.
     pub fn voters_of(&self, group: usize) -> Vec<NodeId> {
         self.group_voters
             .get(&group)
             .cloned()
-            .unwrap_or_else(|| self.peers.keys().copied().collect())
+            .unwrap_or_else(|| self.seed.clone())
     }
 
-    /// Whether this node hosts a replica of `group`.
+    /// Whether this node hosts a replica of `group`: a node that joins hosts every group, as
+    /// a learner until it is promoted.
     pub fn hosts(&self, group: usize) -> bool {
-        self.voters_of(group).contains(&self.node_id)
+        self.join || self.voters_of(group).contains(&self.node_id)
     }
 
-    pub fn client_url(&self, id: NodeId) -> Option<&str> {
-        self.peers.get(&id).map(|peer| peer.client_url.as_str())
+    pub fn client_url(&self, id: NodeId) -> Option<String> {
+        self.book.get(id).map(|peer| peer.client_url)
     }
 }
 
-/// Node IDs to `BasicNode`s for openraft's membership: the group's static voter set.
+/// The first membership of `group` in a new cluster: its seed voters, with their addresses.
 pub fn membership(view: &ClusterView, group: usize) -> BTreeMap<NodeId, openraft::BasicNode> {
     view.voters_of(group)
         .into_iter()
-        .filter_map(|id| view.peers.get(&id))
-        .map(|peer| (peer.id, openraft::BasicNode::new(&peer.cluster_url)))
-        .collect()
-}
-
-/// Cluster URLs by node ID, for the transport.
-pub fn cluster_urls(view: &ClusterView) -> HashMap<NodeId, String> {
-    view.peers
-        .values()
-        .map(|peer| (peer.id, peer.cluster_url.trim_end_matches('/').to_owned()))
+        .filter_map(|id| view.book.get(id))
+        .map(|peer| (peer.id, address_book::member_node(&peer)))
         .collect()
 }
 

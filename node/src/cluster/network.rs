@@ -5,7 +5,6 @@
 //! body is the postcard-encoded request, and its answer the postcard-encoded `Result` of the
 //! peer's Raft call.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,10 +22,11 @@ use openraft::raft::{
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::address_book::{AddressBook, cluster_url_of};
 use super::call_error::PostError;
 use super::link_health::LinkHealth;
 use super::peer_link::{CallKind, PeerLink};
-use super::transport::{ClusterTls, FROM_HEADER, HttpClient};
+use super::transport::{FROM_HEADER, HttpClient};
 use super::types::{NodeId, TypeConfig};
 
 /// Calls larger than this go as HTTP/2 requests of their own, not through the peer link: a
@@ -41,41 +41,24 @@ pub struct GroupNetwork {
     pub group: u32,
     pub this_node: NodeId,
     pub client: HttpClient,
-    pub urls: Arc<HashMap<NodeId, String>>,
-    pub links: Arc<HashMap<NodeId, Arc<PeerLink>>>,
+    pub book: Arc<AddressBook>,
     pub health: Arc<LinkHealth>,
-}
-
-/// One link per peer in `urls`, for all groups.
-pub fn peer_links(
-    urls: &HashMap<NodeId, String>,
-    this_node: NodeId,
-    tls: Option<&Arc<ClusterTls>>,
-) -> Arc<HashMap<NodeId, Arc<PeerLink>>> {
-    Arc::new(
-        urls.iter()
-            .filter(|(id, _)| **id != this_node)
-            .map(|(id, url)| (*id, PeerLink::start(url, *id, tls.cloned())))
-            .collect(),
-    )
 }
 
 impl RaftNetworkFactory<TypeConfig> for GroupNetwork {
     type Network = PeerConnection;
 
+    /// The membership entry that names `target` is the newest word on where it is.
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Self::Network {
-        let base = self
-            .urls
-            .get(&target)
-            .cloned()
-            .unwrap_or_else(|| node.addr.trim_end_matches('/').to_owned());
+        self.book.learn([(&target, node)]);
+        let base = cluster_url_of(node).trim_end_matches('/').to_owned();
         PeerConnection {
             target,
             this_node: self.this_node,
             group: self.group,
             base: format!("{base}/raft/{}", self.group),
             client: self.client.clone(),
-            link: self.links.get(&target).cloned(),
+            link: self.book.link(target),
             health: self.health.clone(),
         }
     }
@@ -218,33 +201,24 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
     }
 }
 
-/// Asks the node at `cluster_url` to propose the purge of `bucket` in `group` (it leads it),
-/// on behalf of node `from`.
-pub async fn forward_purge(
+/// Asks the node at `cluster_url`, on behalf of node `from`, to make a `kind` call (a purge,
+/// a membership change) in a group it leads: the answer it encoded, or why there is none.
+pub async fn forward<T: serde::de::DeserializeOwned>(
     client: &HttpClient,
     from: NodeId,
     cluster_url: &str,
     group: usize,
-    bucket: &str,
-) -> Result<u64, String> {
+    kind: CallKind,
+    body: Vec<u8>,
+) -> Result<T, String> {
     let url = format!(
         "{}/raft/{group}/{}",
         cluster_url.trim_end_matches('/'),
-        CallKind::Purge.route()
+        kind.route()
     );
-    match post(
-        client,
-        &url,
-        from,
-        bucket.to_owned(),
-        Duration::from_secs(30),
-    )
-    .await
-    {
-        Ok(body) => {
-            postcard::from_bytes::<Result<u64, String>>(&body).map_err(|e| e.to_string())?
-        }
-        Err(PostError::TimedOut) => Err("the purge timed out".to_owned()),
+    match post(client, &url, from, body, Duration::from_secs(30)).await {
+        Ok(body) => postcard::from_bytes::<T>(&body).map_err(|e| e.to_string()),
+        Err(PostError::TimedOut) => Err(format!("the {} call timed out", kind.route())),
         Err(PostError::Connect(message) | PostError::Other(message)) => Err(message),
     }
 }

@@ -38,6 +38,7 @@ pub enum CallKind {
     Vote,
     Snapshot,
     Purge,
+    Membership,
 }
 
 impl CallKind {
@@ -47,13 +48,20 @@ impl CallKind {
             Self::Vote => "vote",
             Self::Snapshot => "snapshot",
             Self::Purge => "purge",
+            Self::Membership => "membership",
         }
     }
 
     pub fn from_route(route: &str) -> Option<Self> {
-        [Self::Append, Self::Vote, Self::Snapshot, Self::Purge]
-            .into_iter()
-            .find(|kind| kind.route() == route)
+        [
+            Self::Append,
+            Self::Vote,
+            Self::Snapshot,
+            Self::Purge,
+            Self::Membership,
+        ]
+        .into_iter()
+        .find(|kind| kind.route() == route)
     }
 
     /// Whether calls of this kind go through a peer link.

@@ -28,7 +28,9 @@ use std::sync::atomic::Ordering;
 use openraft::raft::AppendEntriesRequest;
 
 use super::frame;
+use super::membership::{MembershipChange, change_here};
 use super::peer_link::{BatchAnswer, BatchCall, CallKind};
+use super::rejoin::Rejoining;
 use super::transport::{ClusterTls, FROM_HEADER, PeerIdentity, Wire};
 use super::types::{NodeId, Raft, TypeConfig};
 use crate::engine::Metrics;
@@ -36,10 +38,17 @@ use crate::engine::Metrics;
 /// Largest RPC body accepted: entries are batched, and snapshots come in chunks.
 const MAX_RPC_BYTES: usize = 256 * 1024 * 1024;
 
+/// What the cluster listener serves: this node's replicas by group, the node's metrics, and
+/// which replicas may not vote (`rejoin`).
+pub struct Served {
+    pub rafts: Arc<Vec<Option<Raft>>>,
+    pub metrics: Arc<Metrics>,
+    pub rejoining: Arc<Rejoining>,
+}
+
 pub async fn serve(
     listener: TcpListener,
-    rafts: Arc<Vec<Option<Raft>>>,
-    metrics: Arc<Metrics>,
+    served: Arc<Served>,
     tls: Option<Arc<ClusterTls>>,
     mut stopping: watch::Receiver<bool>,
 ) {
@@ -57,8 +66,7 @@ pub async fn serve(
             }
         };
         let _ = stream.set_nodelay(true);
-        let rafts = rafts.clone();
-        let metrics = metrics.clone();
+        let served = served.clone();
         let tls = tls.clone();
         tokio::spawn(async move {
             let (stream, is_link, identity): (Box<dyn Wire>, _, _) = match &tls {
@@ -76,16 +84,14 @@ pub async fn serve(
             };
             if is_link {
                 let rotated = tls.as_deref().map(|tls| (tls, tls.generation()));
-                if let Err(error) =
-                    serve_link(stream, &rafts, &metrics, identity.as_deref(), rotated).await
+                if let Err(error) = serve_link(stream, &served, identity.as_deref(), rotated).await
                 {
                     tracing::debug!(%error, "peer link ended");
                 }
                 return;
             }
-            let service = service_fn(move |request| {
-                handle(rafts.clone(), metrics.clone(), identity.clone(), request)
-            });
+            let service =
+                service_fn(move |request| handle(served.clone(), identity.clone(), request));
             let mut builder = auto::Builder::new(TokioExecutor::new());
             builder
                 .http2()
@@ -123,8 +129,7 @@ async fn opens_a_link(stream: &TcpStream) -> bool {
 /// is checked against what the files hold now.
 async fn serve_link(
     stream: Box<dyn Wire>,
-    rafts: &[Option<Raft>],
-    metrics: &Metrics,
+    served: &Served,
     identity: Option<&PeerIdentity>,
     rotated: Option<(&ClusterTls, u64)>,
 ) -> std::io::Result<()> {
@@ -138,7 +143,7 @@ async fn serve_link(
         ));
     }
     while let Some((exchange, payload)) = frame::read(&mut stream, MAX_RPC_BYTES).await? {
-        let answers = batch(rafts, metrics, identity, &payload)
+        let answers = batch(served, identity, &payload)
             .await
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
         let answer = postcard::to_extend(&answers, frame::start())
@@ -169,8 +174,7 @@ fn encode<T: Serialize>(value: &T) -> (StatusCode, Vec<u8>) {
 }
 
 async fn handle(
-    rafts: Arc<Vec<Option<Raft>>>,
-    metrics: Arc<Metrics>,
+    served: Arc<Served>,
     identity: Option<Arc<PeerIdentity>>,
     request: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
@@ -220,15 +224,14 @@ async fn handle(
         identity: identity.as_deref(),
         named,
     };
-    let (status, body) = call(&rafts, &metrics, sender, group, kind, body).await;
+    let (status, body) = call(&served, sender, group, kind, body).await;
     Ok(answer(status, body))
 }
 
 /// A peer link's coalesced calls (`peer_link`), each run as its own route would run it, all
 /// at once; the answers in the calls' order. A batch that does not decode is an error.
 async fn batch(
-    rafts: &[Option<Raft>],
-    metrics: &Metrics,
+    served: &Served,
     identity: Option<&PeerIdentity>,
     body: &[u8],
 ) -> Result<Vec<BatchAnswer>, String> {
@@ -240,8 +243,7 @@ async fn batch(
         postcard::from_bytes(body).map_err(|e| format!("a batch of calls: {e}"))?;
     let answers: Vec<BatchAnswer> =
         futures_util::future::join_all(calls.into_iter().map(|c| async move {
-            let (status, body) =
-                call(rafts, metrics, sender, c.group as usize, c.kind, c.body).await;
+            let (status, body) = call(served, sender, c.group as usize, c.kind, c.body).await;
             if status.is_success() {
                 Ok(Bytes::from(body))
             } else {
@@ -283,14 +285,14 @@ fn voter_of(vote: &openraft::Vote<NodeId>) -> Option<NodeId> {
 
 /// One Raft call to `group`: its status and encoded answer.
 async fn call(
-    rafts: &[Option<Raft>],
-    metrics: &Metrics,
+    served: &Served,
     sender: Sender<'_>,
     group: usize,
     kind: CallKind,
     body: Bytes,
 ) -> (StatusCode, Vec<u8>) {
-    let Some(raft) = rafts.get(group).and_then(Option::clone) else {
+    let metrics = &served.metrics;
+    let Some(raft) = served.rafts.get(group).and_then(Option::clone) else {
         return (StatusCode::NOT_FOUND, b"no such group".to_vec());
     };
     let bad = |error: postcard::Error| (StatusCode::BAD_REQUEST, error.to_string().into_bytes());
@@ -312,6 +314,9 @@ async fn call(
             match postcard::from_bytes::<openraft::raft::VoteRequest<NodeId>>(&body) {
                 Ok(rpc) => match sender.refusal(voter_of(&rpc.vote)) {
                     Some(refused) => refused,
+                    None if served.rejoining.contains(group as u32) => {
+                        encode(&Ok::<_, openraft::error::RaftError<NodeId>>(withheld(rpc)))
+                    }
                     None => encode(&raft.vote(rpc).await),
                 },
                 Err(error) => bad(error),
@@ -335,6 +340,25 @@ async fn call(
             },
             Err(_) => (StatusCode::BAD_REQUEST, b"the bucket is not UTF-8".to_vec()),
         },
+        // A peer's admin listener was asked to change the membership of every group.
+        CallKind::Membership => match postcard::from_bytes::<MembershipChange>(&body) {
+            Ok(change) => match sender.refusal(sender.named) {
+                Some(refused) => refused,
+                None => encode(&change_here(&raft, group as u32, &change).await),
+            },
+            Err(error) => bad(error),
+        },
+    }
+}
+
+/// The answer of a replica that may not vote (`rejoin`): not granted, and nothing of the
+/// candidate's request taken in (its vote is answered back, so the candidate learns nothing
+/// newer from it).
+fn withheld(rpc: openraft::raft::VoteRequest<NodeId>) -> openraft::raft::VoteResponse<NodeId> {
+    openraft::raft::VoteResponse {
+        vote: rpc.vote,
+        vote_granted: false,
+        last_log_id: None,
     }
 }
 
@@ -359,9 +383,18 @@ mod tests {
     use crate::cluster::network::post;
     use crate::cluster::transport::http2_client;
 
+    /// A listener of a node that hosts no group.
+    fn nothing_hosted() -> Served {
+        let dir = tempfile::tempdir().unwrap();
+        Served {
+            rafts: Arc::new(vec![None]),
+            metrics: Arc::default(),
+            rejoining: Arc::new(Rejoining::open(dir.path(), false, false, []).unwrap()),
+        }
+    }
+
     #[tokio::test]
     async fn every_call_of_a_batch_gets_its_own_answer() {
-        let metrics = Metrics::default();
         let calls = vec![
             BatchCall {
                 group: 7,
@@ -376,7 +409,7 @@ mod tests {
         ];
         let body = postcard::to_allocvec(&calls).unwrap();
         // No group is hosted here: each call gets its own refusal.
-        let answers = batch(&[None], &metrics, None, &body).await.unwrap();
+        let answers = batch(&nothing_hosted(), None, &body).await.unwrap();
         assert_eq!(answers.len(), 2);
         for answer in answers {
             let error = answer.expect_err("no group is hosted");
@@ -389,8 +422,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_batch_that_does_not_decode_is_refused() {
-        let metrics = Metrics::default();
-        let error = batch(&[None], &metrics, None, b"\xff\xff\xff")
+        let error = batch(&nothing_hosted(), None, b"\xff\xff\xff")
             .await
             .unwrap_err();
         assert!(error.contains("a batch of calls"), "{error}");
@@ -402,9 +434,13 @@ mod tests {
         let scheme = if tls.is_some() { "https" } else { "http" };
         let url = format!("{scheme}://{address}");
         let (_stop, stopping) = watch::channel(false);
-        let rafts: Arc<Vec<Option<Raft>>> = Arc::new(vec![None]);
         let (server, client) = tls.unzip();
-        tokio::spawn(serve(listener, rafts, Arc::default(), server, stopping));
+        tokio::spawn(serve(
+            listener,
+            Arc::new(nothing_hosted()),
+            server,
+            stopping,
+        ));
 
         let link = crate::cluster::peer_link::PeerLink::start(&url, 1, client.clone());
         for _ in 0..3 {
@@ -418,8 +454,8 @@ mod tests {
             );
         }
 
-        let nodes = [(address, 1)].into_iter().collect();
-        let client = http2_client(client.as_deref(), nodes).unwrap();
+        let client =
+            http2_client(client.as_deref(), move |at| (at == address).then_some(1)).unwrap();
         let error = post(
             &client,
             &format!("{url}/raft/0/snapshot"),

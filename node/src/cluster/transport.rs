@@ -5,7 +5,6 @@
 //! sender each message claims. ALPN tells a peer link (`LINK_ALPN`) from HTTP/2 (`h2`).
 //! Without it the cluster port speaks plain TCP, and the link's magic tells them apart.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -144,12 +143,12 @@ impl PeerIdentity {
 
 pub type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
 
-/// The HTTP/2 client of snapshots and forwarded purges. With TLS it connects to `https://`
-/// cluster URLs only, and accepts the certificate of the node that `nodes` says the URL's
+/// The HTTP/2 client of snapshots and forwarded calls. With TLS it connects to `https://`
+/// cluster URLs only, and accepts the certificate of the node that `node_at` says the URL's
 /// `host:port` is.
 pub fn http2_client(
     tls: Option<&ClusterTls>,
-    nodes: HashMap<String, NodeId>,
+    node_at: impl Fn(&str) -> Option<NodeId> + Send + Sync + 'static,
 ) -> Result<HttpClient, String> {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
@@ -162,8 +161,8 @@ pub fn http2_client(
             .https_only()
             .with_server_name_resolver(move |uri: &http::Uri| {
                 let authority = uri.authority().map(|a| a.as_str()).unwrap_or_default();
-                match nodes.get(authority) {
-                    Some(id) => server_name(*id),
+                match node_at(authority) {
+                    Some(id) => server_name(id),
                     None => Err(std::io::Error::other(format!(
                         "{authority} is not a voter's cluster address"
                     ))),
@@ -209,12 +208,9 @@ impl Transport {
         let tls = tls
             .map(|tls| ClusterTls::open(tls.files(), view.node_id))
             .transpose()?;
-        let nodes = view
-            .peers
-            .values()
-            .map(|peer| (authority_of(&peer.cluster_url), peer.id))
-            .collect();
-        let http = http2_client(tls.as_deref(), nodes)?;
+        view.book.use_tls(tls.clone());
+        let book = view.book.clone();
+        let http = http2_client(tls.as_deref(), move |authority| book.node_at(authority))?;
         Ok(Self {
             this_node: view.node_id,
             tls,

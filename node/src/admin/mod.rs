@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use axum::Router;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{FromRequestParts, Path, State};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use http::request::Parts;
 use http::{Method, Response, StatusCode, Uri};
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -25,6 +25,8 @@ use crate::http::error::ApiError;
 use crate::http::response::{Body, Reply};
 use crate::machine::{Command, Outcome};
 
+mod membership;
+
 type Answer = Result<Response<Body>, ApiError>;
 
 pub struct Admin {
@@ -37,8 +39,9 @@ pub struct Admin {
     pub ready: AtomicBool,
     /// How long a drain waits for the groups' leadership to move.
     pub drain_wait: std::time::Duration,
-    /// For purges forwarded to the leader's cluster listener (on a voter).
-    pub peers: Option<crate::cluster::transport::Transport>,
+    /// The Raft membership, and the way to the other voters' cluster listeners for purges
+    /// and membership changes forwarded to a group's leader (on a voter).
+    pub members: Option<Arc<crate::cluster::membership::Members>>,
 }
 
 /// The admin listener's routes.
@@ -50,6 +53,18 @@ fn router(admin: Arc<Admin>) -> Router {
         .route("/metrics", get(metrics).head(method_not_allowed))
         .route("/admin/drain", post(drain).delete(undrain))
         .route("/admin/buckets/{bucket}/purge", post(purge))
+        .route(
+            "/admin/membership",
+            get(membership::report).head(method_not_allowed),
+        )
+        .route(
+            "/admin/membership/learners/{id}",
+            put(membership::add_learner).delete(membership::remove),
+        )
+        .route(
+            "/admin/membership/voters/{id}",
+            put(membership::promote).delete(membership::demote),
+        )
         .route(
             "/admin/replica/{bucket}/{stream}",
             get(replica).head(method_not_allowed),
@@ -249,24 +264,26 @@ async fn purge_anywhere(admin: &Admin, bucket: &str) -> Result<u64, ApiError> {
             None => return Err(crate::http::not_hosted(not_hosted)),
         },
     };
-    let (Some(cluster), Some(transport)) = (&admin.groups.cluster, &admin.peers) else {
+    let (Some(cluster), Some(members)) = (&admin.groups.cluster, &admin.members) else {
         return Err(ApiError::new(
             ErrorToken::Internal,
             "no cluster to forward to",
         ));
     };
-    let Some(peer) = cluster.peers.get(&target) else {
+    let Some(peer) = cluster.book.get(target) else {
         return Err(ApiError::not_leader(None));
     };
     let group = ursula_wire::placement::group_of(bucket, admin.groups.group_count());
-    crate::cluster::network::forward_purge(
-        &transport.http,
-        transport.this_node,
+    crate::cluster::network::forward::<Result<u64, String>>(
+        &members.transport.http,
+        members.transport.this_node,
         &peer.cluster_url,
         group,
-        bucket,
+        crate::cluster::peer_link::CallKind::Purge,
+        bucket.as_bytes().to_vec(),
     )
     .await
+    .and_then(|answer| answer)
     .map_err(|reason| {
         ApiError::new(
             ErrorToken::Unavailable,
