@@ -188,6 +188,12 @@ class ClusterChart(unittest.TestCase):
         )
         self.assertEqual(spec["nodeConfig"], {"server.long_poll_timeout": "30s"})
 
+    def test_volume_reclaim_reaches_the_spec(self):
+        for values, expected in [({}, "Retain"), ({"volumeReclaim": "Delete"}, "Delete")]:
+            _, objects = render(CLUSTER, values)
+            jsonschema.validate(objects[0][1], ursulacluster_schema())
+            self.assertEqual(objects[0][1]["spec"]["volumeReclaim"], expected, values)
+
     def test_an_object_store_reaches_the_spec(self):
         store = {"bucket": "ursula-cold", "endpoint": "http://minio.storage:9000",
                  "credentialsSecret": "ursula-s3"}
@@ -297,6 +303,7 @@ class ClusterChart(unittest.TestCase):
         for bad in [
             {"voters": 4},
             {"voters": 0},
+            {"volumeReclaim": "Recycle"},
             {"storage": {"size": "ten gigabytes"}},
             {"gatewayReplicas": 0},
             {"unknownKey": True},

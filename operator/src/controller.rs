@@ -19,6 +19,7 @@ use kube::{Resource, ResourceExt};
 
 use crate::crd::{UrsulaCluster, UrsulaClusterStatus};
 use crate::credentials::CredentialsError;
+use crate::membership::MembershipStep;
 use crate::nodes::Nodes;
 use crate::upgrade::{self, GatewayState, Limits, Observed, Step, VoterState};
 use crate::workloads;
@@ -70,6 +71,8 @@ fn pod_ready(pod: &Pod) -> bool {
 /// What the planner needs, read from the API, and what acting on its step needs.
 struct Observation {
     observed: Observed,
+    /// The StatefulSet's replicas (0: it does not exist yet).
+    voter_pods: u8,
     /// The version of the StatefulSet's pod template, if it exists.
     voter_template: Option<String>,
     /// The UID of each voter's pod (by ordinal), so that a replacement deletes exactly the pod
@@ -93,9 +96,14 @@ async fn observe(
         spec.and_then(|s| s.containers.first())
             .and_then(|c| image_tag(c.image.as_deref()))
     };
-    let voter_template = sets
-        .get_opt(&name)
-        .await?
+    let set = sets.get_opt(&name).await?;
+    let replicas = set
+        .as_ref()
+        .and_then(|set| set.spec.replicas)
+        .and_then(|replicas| u8::try_from(replicas).ok())
+        .unwrap_or(0);
+    let voter_template = set
+        .as_ref()
         .and_then(|set| template_version(set.spec.template.spec.as_ref()));
     let gateway = match deployments.get_opt(&format!("{name}-gateway")).await? {
         Some(deployment) => {
@@ -147,15 +155,14 @@ async fn observe(
             ready: pod.is_some_and(pod_ready),
         })
         .collect();
-    let waiting_for = cluster
-        .status
-        .as_ref()
-        .and_then(|s| s.step_started.as_deref())
-        .and_then(|t| t.parse::<Timestamp>().ok())
-        .map_or(Duration::ZERO, |started| {
-            Duration::try_from(Timestamp::now().duration_since(started)).unwrap_or_default()
-        });
+    let waiting_for = since(
+        cluster
+            .status
+            .as_ref()
+            .and_then(|s| s.step_started.as_deref()),
+    );
     Ok(Observation {
+        voter_pods: replicas,
         observed: Observed {
             desired,
             gateway,
@@ -165,6 +172,15 @@ async fn observe(
         voter_template,
         pod_uids,
     })
+}
+
+/// How long ago an RFC 3339 time was (zero when there is none).
+fn since(started: Option<&str>) -> Duration {
+    started
+        .and_then(|t| t.parse::<Timestamp>().ok())
+        .map_or(Duration::ZERO, |started| {
+            Duration::try_from(Timestamp::now().duration_since(started)).unwrap_or_default()
+        })
 }
 
 fn condition(
@@ -209,6 +225,7 @@ fn step_name(step: &Step) -> String {
         Step::RollGateway | Step::WaitForGateway => "gateways".into(),
         Step::UpdateVoterTemplate => "voter template".into(),
         Step::ReplaceVoter(o) | Step::WaitForVoter(o) => format!("voter {o}"),
+        Step::WaitForMembership => "membership".into(),
         Step::Halt(_) => "halted".into(),
     }
 }
@@ -295,12 +312,52 @@ pub async fn reconcile(cluster: Arc<UrsulaCluster>, ctx: Arc<Context>) -> Result
 
     let Observation {
         observed,
+        voter_pods,
         voter_template,
         pod_uids,
     } = observe(&cluster, &ns, client).await?;
     // A new cluster starts at the desired version; an existing one moves by the planner.
     let voter_template = voter_template.unwrap_or_else(|| observed.desired.clone());
-    let step = upgrade::next_step(&observed, &voter_template, ctx.limits);
+    let mut step = upgrade::next_step(&observed, &voter_template, ctx.limits);
+
+    apply(client, &ns, &workloads::service_account(&cluster)).await?;
+    // Before the voters: their pods mount these Secrets.
+    let admin_token = crate::credentials::ensure(client, &ns, &cluster).await?;
+
+    // A membership change and a version change never overlap: whichever is underway goes on.
+    let membership_view = crate::resize::view(
+        &cluster,
+        voter_pods,
+        crate::resize::observe(&ctx.nodes, &cluster, voter_pods, &admin_token).await,
+        step != Step::Done,
+        since(previous.membership_step_started.as_deref()),
+        ctx.limits.ready_timeout,
+    );
+    let membership_step = crate::membership::next_step(&membership_view);
+    if membership_step.is_changing() && step != Step::Done {
+        step = Step::WaitForMembership;
+    }
+    // The builders read the cluster's shape from its status: what this reconcile decided.
+    let shaped = {
+        let mut shaped = (*cluster).clone();
+        let status = shaped.status.get_or_insert_with(Default::default);
+        status.voter_pods = Some(match membership_step {
+            MembershipStep::Scale(pods) => pods,
+            _ if voter_pods == 0 => cluster.spec.voters,
+            _ => voter_pods,
+        });
+        status.raft_voters = crate::resize::raft_voters(&membership_view).or(previous.raft_voters);
+        shaped
+    };
+    let config_map = workloads::config_map(&shaped).unwrap_or(config_map);
+    if membership_step != MembershipStep::Done {
+        tracing::info!(
+            cluster = %name,
+            namespace = %ns,
+            step = %membership_step.name(),
+            "membership planned"
+        );
+    }
     if step != Step::Done {
         tracing::info!(
             cluster = %name,
@@ -320,9 +377,6 @@ pub async fn reconcile(cluster: Arc<UrsulaCluster>, ctx: Arc<Context>) -> Result
         _ => voter_template.clone(),
     };
 
-    apply(client, &ns, &workloads::service_account(&cluster)).await?;
-    // Before the voters: their pods mount these Secrets.
-    let admin_token = crate::credentials::ensure(client, &ns, &cluster).await?;
     let waiting_for = match &cluster.spec.tls {
         None => Vec::new(),
         Some(tls) => {
@@ -343,7 +397,7 @@ pub async fn reconcile(cluster: Arc<UrsulaCluster>, ctx: Arc<Context>) -> Result
     apply(
         client,
         &ns,
-        &workloads::statefulset_at(&cluster, &voter_version),
+        &workloads::statefulset_at(&shaped, &voter_version),
     )
     .await?;
     apply(
@@ -352,7 +406,7 @@ pub async fn reconcile(cluster: Arc<UrsulaCluster>, ctx: Arc<Context>) -> Result
         &crate::gateways::gateway_deployment_at(&cluster, &gateway_version),
     )
     .await?;
-    for budget in workloads::disruption_budgets(&cluster) {
+    for budget in workloads::disruption_budgets(&shaped) {
         apply::<PodDisruptionBudget>(client, &ns, &budget).await?;
     }
     match crate::policies::voter_policy(&cluster, ctx.namespace.as_deref()) {
@@ -441,8 +495,51 @@ pub async fn reconcile(cluster: Arc<UrsulaCluster>, ctx: Arc<Context>) -> Result
         _ => {}
     }
 
+    match &membership_step {
+        MembershipStep::AddLearner(_)
+        | MembershipStep::Promote(_)
+        | MembershipStep::Demote(_)
+        | MembershipStep::Remove(_)
+        | MembershipStep::Scale(_) => {
+            publish(
+                &ctx,
+                &cluster,
+                EventType::Normal,
+                "MembershipStep",
+                EventScope {
+                    action: format!("Membership {}", membership_step.name()),
+                    related: None,
+                },
+                format!(
+                    "{} (toward {} voters)",
+                    membership_step.name(),
+                    cluster.spec.voters
+                ),
+            )
+            .await;
+            let via = crate::resize::via(&membership_view, &membership_step);
+            crate::resize::act(&ctx.nodes, &cluster, &membership_step, via, &admin_token).await?;
+        }
+        MembershipStep::Halt(reason) => {
+            publish(
+                &ctx,
+                &cluster,
+                EventType::Warning,
+                "MembershipHalted",
+                EventScope {
+                    action: format!("Membership {} voters", cluster.spec.voters),
+                    related: None,
+                },
+                reason.clone(),
+            )
+            .await;
+        }
+        _ => {}
+    }
+
     let ready_voters = observed.voters.iter().filter(|v| v.ready).count() as u8;
-    let settled = matches!(step, Step::Done);
+    let membership_settled = membership_step == MembershipStep::Done;
+    let settled = matches!(step, Step::Done) && membership_settled;
     let moving = !settled && !matches!(step, Step::Halt(_));
     let upgrading = observed.gateway.version != observed.desired
         || observed
@@ -483,6 +580,31 @@ pub async fn reconcile(cluster: Arc<UrsulaCluster>, ctx: Arc<Context>) -> Result
             generation,
         ));
     }
+    if let MembershipStep::Halt(reason) = &membership_step {
+        conditions.push(condition(
+            "Degraded",
+            true,
+            "MembershipHalted",
+            reason.clone(),
+            generation,
+        ));
+    }
+    let membership_text = (!membership_settled).then(|| membership_step.name());
+    let membership_step_started = match (&membership_text, &membership_step) {
+        (None, _) => None,
+        (Some(text), step)
+            if previous.observed_generation == generation
+                && (previous.membership_step.as_ref() == Some(text)
+                    || matches!(step, MembershipStep::Halt(_))) =>
+        {
+            previous
+                .membership_step_started
+                .clone()
+                .or_else(|| Some(Timestamp::now().to_string()))
+        }
+        (Some(_), _) => Some(Timestamp::now().to_string()),
+    };
+    let shape = shaped.status.clone().unwrap_or_default();
     let versions: Vec<&str> = observed
         .voters
         .iter()
@@ -498,8 +620,13 @@ pub async fn reconcile(cluster: Arc<UrsulaCluster>, ctx: Arc<Context>) -> Result
         gateway_version: Some(observed.gateway.version.clone()),
         ready_voters,
         ready_gateways: observed.gateway.available,
-        upgrade_step: (!settled).then(|| step_text.clone()),
+        upgrade_step: (!matches!(step, Step::Done)).then(|| step_text.clone()),
         step_started: step_started(&previous, generation, &step, &step_text),
+        bootstrapped: previous.bootstrapped || ready_voters > cluster.spec.voters / 2,
+        voter_pods: shape.voter_pods,
+        raft_voters: shape.raft_voters,
+        membership_step: membership_text,
+        membership_step_started,
     };
     write_status(client, &ns, &name, &status).await?;
     Ok(Action::requeue(if settled {

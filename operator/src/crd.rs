@@ -43,8 +43,15 @@ pub struct UrsulaClusterSpec {
     #[serde(default = "default_gateway_image")]
     pub gateway_image: String,
     /// Raft voters: 1, 3 or 5. Every voter replicates every group; a write needs a majority.
+    /// Changing it grows or shrinks the cluster one voter at a time while it serves: a new
+    /// voter joins as a learner, catches up and is promoted; a voter beyond it hands off its
+    /// leadership and is removed before its pod is.
     #[schemars(extend("enum" = [1, 3, 5]))]
     pub voters: u8,
+    /// What happens to the volume of a voter removed by lowering `voters`: `Retain` (kept; a
+    /// later growth reuses it) or `Delete`.
+    #[serde(default)]
+    pub volume_reclaim: VolumeReclaim,
     /// Gateway replicas.
     #[serde(default = "default_gateway_replicas")]
     #[schemars(range(min = 1))]
@@ -243,6 +250,39 @@ pub struct UrsulaClusterStatus {
     /// When the current step began (RFC 3339); a step that waits too long halts the upgrade.
     #[serde(default)]
     pub step_started: Option<String>,
+    /// Whether the voters have formed the cluster once; from then on a voter that starts on
+    /// an empty volume joins it instead of seeding a new one.
+    #[serde(default)]
+    pub bootstrapped: bool,
+    /// The voter pods the StatefulSet is set to: `spec.voters`, or more while voters beyond
+    /// it are being removed.
+    #[serde(default)]
+    pub voter_pods: Option<u8>,
+    /// Voters of every Raft group, as the groups' leaders report them.
+    #[serde(default)]
+    pub raft_voters: Option<u8>,
+    /// The step of a membership change in progress, e.g. `promote voter 4`.
+    #[serde(default)]
+    pub membership_step: Option<String>,
+    /// When the membership step began (RFC 3339); one that waits too long halts the change.
+    #[serde(default)]
+    pub membership_step_started: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum VolumeReclaim {
+    #[default]
+    Retain,
+    Delete,
+}
+
+impl VolumeReclaim {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Retain => "Retain",
+            Self::Delete => "Delete",
+        }
+    }
 }
 
 fn default_node_image() -> String {

@@ -9,7 +9,16 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use ursula_wire::admin::PurgeResponse;
+use ursula_wire::admin::{MembershipReport, NewMember, PurgeResponse};
+
+/// A membership change the admin API makes (`/admin/membership/...`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MembershipChange {
+    AddLearner,
+    Promote,
+    Demote,
+    Remove,
+}
 
 use crate::crd::UrsulaCluster;
 use crate::objects::voter_host;
@@ -81,10 +90,25 @@ impl Nodes {
     }
 
     async fn post(&self, url: String, ordinal: u8, token: &str) -> Result<Bytes, NodeError> {
+        self.call(http::Method::POST, url, ordinal, token, Bytes::new())
+            .await
+    }
+
+    async fn call(
+        &self,
+        method: http::Method,
+        url: String,
+        ordinal: u8,
+        token: &str,
+        body: Bytes,
+    ) -> Result<Bytes, NodeError> {
         let fail = |message: String| NodeError::Call { ordinal, message };
-        let request = http::Request::post(&url)
+        let request = http::Request::builder()
+            .method(method)
+            .uri(&url)
             .header(http::header::AUTHORIZATION, format!("Bearer {token}"))
-            .body(Full::new(Bytes::new()))
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(body))
             .map_err(|e| fail(e.to_string()))?;
         let exchange = async {
             let response = self
@@ -128,6 +152,51 @@ impl Nodes {
         )
         .await
         .map(drop)
+    }
+
+    /// Voter `ordinal`'s view of its groups' membership (`GET /admin/membership`).
+    pub async fn membership(
+        &self,
+        cluster: &UrsulaCluster,
+        ordinal: u8,
+        token: &str,
+    ) -> Result<MembershipReport, NodeError> {
+        let url = self.admin_url(cluster, ordinal, "/admin/membership");
+        let body = self
+            .call(http::Method::GET, url, ordinal, token, Bytes::new())
+            .await?;
+        serde_json::from_slice(&body).map_err(|e| NodeError::Call {
+            ordinal,
+            message: format!("an unreadable membership report: {e}"),
+        })
+    }
+
+    /// Makes a membership change of node `id` in every group, through voter `via`.
+    pub async fn change_membership(
+        &self,
+        cluster: &UrsulaCluster,
+        via: u8,
+        change: MembershipChange,
+        id: u64,
+        token: &str,
+    ) -> Result<(), NodeError> {
+        let (method, path, body) = match change {
+            MembershipChange::AddLearner => {
+                let (cluster_url, client_url) =
+                    crate::objects::voter_urls(cluster, u8::try_from(id - 1).unwrap_or(u8::MAX));
+                let member = NewMember {
+                    cluster_url,
+                    client_url,
+                };
+                let body = serde_json::to_vec(&member).unwrap_or_default();
+                (http::Method::PUT, "learners", Bytes::from(body))
+            }
+            MembershipChange::Promote => (http::Method::PUT, "voters", Bytes::new()),
+            MembershipChange::Demote => (http::Method::DELETE, "voters", Bytes::new()),
+            MembershipChange::Remove => (http::Method::DELETE, "learners", Bytes::new()),
+        };
+        let url = self.admin_url(cluster, via, &format!("/admin/membership/{path}/{id}"));
+        self.call(method, url, via, token, body).await.map(drop)
     }
 
     /// Purges a bucket through voter `ordinal` (any voter forwards to the group's leader).

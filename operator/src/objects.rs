@@ -110,8 +110,27 @@ pub fn voter_host(cluster: &UrsulaCluster, ordinal: u8) -> String {
     )
 }
 
+/// Where voter `ordinal`'s peers reach it (its cluster URL) and where clients are sent to
+/// reach it (its client URL).
+pub fn voter_urls(cluster: &UrsulaCluster, ordinal: u8) -> (String, String) {
+    let host = voter_host(cluster, ordinal);
+    (
+        format!("https://{host}:{}", ports::CLUSTER),
+        format!("http://{host}:{}", ports::CLIENT),
+    )
+}
+
+/// The voter pods there are to be: `spec.voters`, or more while voters beyond it are still
+/// members (`status.voterPods`, set by the membership planner).
+pub fn voter_pods(cluster: &UrsulaCluster) -> u8 {
+    let pods = cluster.status.as_ref().and_then(|s| s.voter_pods);
+    pods.unwrap_or(cluster.spec.voters).max(cluster.spec.voters)
+}
+
 /// The node config file of voter `ordinal` (TOML), with the peers list derived from the
-/// StatefulSet's stable DNS names and the spec's overrides applied.
+/// StatefulSet's stable DNS names and the spec's overrides applied. Once the cluster has
+/// formed (`status.bootstrapped`) every voter joins it: a voter whose volume is new, and a
+/// voter added by a growth, seed nothing and wait to be added (`raft.join`).
 pub fn node_config(cluster: &UrsulaCluster, ordinal: u8) -> Result<String, InvalidSpec> {
     use toml::{Table, Value};
     let mut root = Table::new();
@@ -134,23 +153,21 @@ pub fn node_config(cluster: &UrsulaCluster, ordinal: u8) -> Result<String, Inval
     root.insert("server".into(), Value::Table(server));
     let mut raft = Table::new();
     raft.insert("group_count".into(), Value::Integer(GROUP_COUNT));
-    let peers = (0..cluster.spec.voters)
+    let peers = (0..voter_pods(cluster))
         .map(|i| {
-            let host = voter_host(cluster, i);
+            let (cluster_url, client_url) = voter_urls(cluster, i);
             let mut peer = Table::new();
             peer.insert("id".into(), Value::Integer(i64::from(i) + 1));
-            peer.insert(
-                "cluster_url".into(),
-                Value::String(format!("https://{host}:{}", ports::CLUSTER)),
-            );
-            peer.insert(
-                "client_url".into(),
-                Value::String(format!("http://{host}:{}", ports::CLIENT)),
-            );
+            peer.insert("cluster_url".into(), Value::String(cluster_url));
+            peer.insert("client_url".into(), Value::String(client_url));
             Value::Table(peer)
         })
         .collect();
     raft.insert("peers".into(), Value::Array(peers));
+    let bootstrapped = cluster.status.as_ref().is_some_and(|s| s.bootstrapped);
+    if bootstrapped {
+        raft.insert("join".into(), Value::Boolean(true));
+    }
     root.insert("raft".into(), Value::Table(raft));
     if let Some(store) = &cluster.spec.object_store {
         let namespace = cluster.namespace().unwrap_or_else(|| "default".into());
@@ -239,6 +256,7 @@ mod tests {
                 node_image: "ursula/ursula-node".into(),
                 gateway_image: "ursula/ursula-gateway".into(),
                 voters,
+                volume_reclaim: Default::default(),
                 gateway_replicas: 2,
                 node_resources: None,
                 gateway_resources: None,

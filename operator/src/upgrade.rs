@@ -56,6 +56,8 @@ pub enum Step {
     ReplaceVoter(u8),
     /// Voter `ordinal` is being recreated or catching up.
     WaitForVoter(u8),
+    /// A membership change is underway (`membership`); the upgrade waits for it.
+    WaitForMembership,
     /// Stop and report `Degraded`.
     Halt(String),
 }

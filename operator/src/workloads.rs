@@ -3,7 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
+use k8s_openapi::api::apps::v1::{
+    StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec,
+    StatefulSetUpdateStrategy,
+};
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
     HTTPGetAction, KeyToPath, ObjectFieldSelector, PersistentVolumeClaim,
@@ -158,7 +161,7 @@ pub(crate) fn security() -> PodSecurityContext {
 /// One config file per voter, `{cluster}-{ordinal}.toml`; a pod reads its own by name.
 pub fn config_map(cluster: &UrsulaCluster) -> Result<ConfigMap, InvalidSpec> {
     let mut data = BTreeMap::new();
-    for ordinal in 0..cluster.spec.voters {
+    for ordinal in 0..crate::objects::voter_pods(cluster) {
         let file = format!("{}-{ordinal}.toml", cluster.name_any());
         data.insert(file, node_config(cluster, ordinal)?);
     }
@@ -322,7 +325,19 @@ pub fn statefulset_at(cluster: &UrsulaCluster, version: &str) -> StatefulSet {
     StatefulSet {
         metadata: meta(cluster, cluster.name_any(), NODE),
         spec: StatefulSetSpec {
-            replicas: Some(i32::from(spec.voters)),
+            replicas: Some(i32::from(
+                cluster
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.voter_pods)
+                    .unwrap_or(spec.voters),
+            )),
+            persistent_volume_claim_retention_policy: Some(
+                StatefulSetPersistentVolumeClaimRetentionPolicy {
+                    when_scaled: Some(spec.volume_reclaim.as_str().to_owned()),
+                    when_deleted: Some("Retain".to_owned()),
+                },
+            ),
             service_name: Some(headless_service_name(cluster)),
             pod_management_policy: Some("Parallel".to_owned()),
             update_strategy: Some(StatefulSetUpdateStrategy {
@@ -366,7 +381,14 @@ pub fn statefulset_at(cluster: &UrsulaCluster, version: &str) -> StatefulSet {
 /// Voluntary disruptions never take a majority of voters: at most (voters - 1) / 2 may be
 /// down (0 of 1, 1 of 3, 2 of 5). At least one gateway stays up when there are several.
 pub fn disruption_budgets(cluster: &UrsulaCluster) -> [PodDisruptionBudget; 2] {
-    let voters = i32::from(cluster.spec.voters);
+    // The voters the groups have now: widened only once a new voter is promoted.
+    let voters = i32::from(
+        cluster
+            .status
+            .as_ref()
+            .and_then(|s| s.raft_voters)
+            .unwrap_or(cluster.spec.voters),
+    );
     let gateways = i32::from(cluster.spec.gateway_replicas);
     let budget = |name: String, component: &str, max_unavailable: i32| PodDisruptionBudget {
         metadata: meta(cluster, name, component),
@@ -405,6 +427,7 @@ pub(crate) mod tests {
                 node_image: "reg/ursula-node".into(),
                 gateway_image: "reg/ursula-gateway".into(),
                 voters,
+                volume_reclaim: Default::default(),
                 gateway_replicas: gateways,
                 node_resources: None,
                 gateway_resources: None,
@@ -424,6 +447,54 @@ pub(crate) mod tests {
         cluster.metadata.namespace = Some("ns".into());
         cluster.metadata.uid = Some("uid-1".into());
         cluster
+    }
+
+    #[test]
+    fn during_a_membership_change_the_objects_follow_the_status_not_the_spec() {
+        use crate::crd::{UrsulaClusterStatus, VolumeReclaim};
+        for (voters, pods, raft_voters, bootstrapped, replicas, files, budget, join) in [
+            // A new cluster: the spec's voters seed it.
+            (3, None, None, false, 3, 3, 1, false),
+            // Growing 3 -> 5: five pods join at once, the budget widens only with promotions.
+            (5, Some(5), Some(3), true, 5, 5, 1, true),
+            (5, Some(5), Some(5), true, 5, 5, 2, true),
+            // Shrinking 5 -> 3: the pods of voters being removed stay until they are.
+            (3, Some(5), Some(4), true, 5, 5, 1, true),
+            (3, Some(3), Some(3), true, 3, 3, 1, true),
+        ] {
+            let mut uc = cluster(voters, 2);
+            uc.spec.volume_reclaim = VolumeReclaim::Delete;
+            uc.status = Some(UrsulaClusterStatus {
+                voter_pods: pods,
+                raft_voters,
+                bootstrapped,
+                ..UrsulaClusterStatus::default()
+            });
+            let what = format!("spec {voters}, status pods {pods:?} voters {raft_voters:?}");
+            let set = statefulset_at(&uc, "1.2.3");
+            assert_eq!(set.spec.replicas, Some(replicas), "{what}");
+            let retention = set.spec.persistent_volume_claim_retention_policy.unwrap();
+            assert_eq!(retention.when_scaled.as_deref(), Some("Delete"), "{what}");
+            assert_eq!(retention.when_deleted.as_deref(), Some("Retain"), "{what}");
+            let [v, _] = disruption_budgets(&uc);
+            assert_eq!(max_unavailable(&v), budget, "{what}");
+            let config = config_map(&uc).unwrap();
+            let data = config.data.unwrap();
+            assert_eq!(data.len(), files, "{what}");
+            for text in data.values() {
+                let parsed: toml::Table = toml::from_str(text).unwrap();
+                let peers = parsed["raft"]["peers"].as_array().unwrap();
+                assert_eq!(peers.len(), files, "{what}");
+                assert_eq!(
+                    parsed["raft"]
+                        .get("join")
+                        .and_then(|j| j.as_bool())
+                        .unwrap_or(false),
+                    join,
+                    "{what}"
+                );
+            }
+        }
     }
 
     fn max_unavailable(pdb: &PodDisruptionBudget) -> i32 {

@@ -42,6 +42,13 @@ async fn fake_admin(seen: Arc<Mutex<Vec<String>>>) -> String {
                     let seen = seen.clone();
                     async move {
                         let path = request.uri().path().to_owned();
+                        // Membership reports are what the operator observes, not what it
+                        // does; these voters give none (the planner then changes nothing).
+                        if path == "/admin/membership" {
+                            let mut response = http::Response::new(Full::new(Bytes::new()));
+                            *response.status_mut() = http::StatusCode::NOT_FOUND;
+                            return Ok::<_, std::convert::Infallible>(response);
+                        }
                         // What a node checks: the admin token, as a bearer token.
                         let token = request
                             .headers()
