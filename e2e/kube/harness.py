@@ -21,6 +21,8 @@ NS = "prod"
 OPERATOR_NS = "ursula-system"
 RELEASE = "streams"
 VOTERS = 3
+# A cluster grows to this many voters (voter N on 127.0.0.1N).
+MAX_VOTERS = 5
 GATEWAYS = 2
 READY_TIMEOUT_S = 15
 S3_SERVER = ROOT / "e2e" / ".tools" / "s3" / "bin" / "moto_server"
@@ -230,7 +232,7 @@ class VoterProcesses(threading.Thread):
         text = config_map["data"][f"{release}-{ordinal}.toml"]
         for mount_path, directory in self.secret_volumes(ordinal, pod_spec).items():
             text = text.replace(f'"{mount_path}/', f'"{directory}/')
-        for i in range(VOTERS):
+        for i in range(MAX_VOTERS):
             text = text.replace(f"{release}-{i}.{release}-headless.{ns}.svc", voter_ip(i))
         text = text.replace("0.0.0.0", voter_ip(ordinal))
         text = text.replace('"/var/lib/ursula"', json.dumps(str(self.workdir / f"voter-{ordinal}")))
@@ -401,6 +403,12 @@ def pod_events():
 def status_steps():
     """`status.upgradeStep` of the cluster at every write of it."""
     fmt = '{.status.upgradeStep}{"\\n"}'
+    return Watch(["ursulacluster", RELEASE, "-n", NS, "-o", f"jsonpath={fmt}"], str.strip)
+
+
+def membership_steps():
+    """`status.membershipStep` of the cluster at every write of it."""
+    fmt = '{.status.membershipStep}{"\\n"}'
     return Watch(["ursulacluster", RELEASE, "-n", NS, "-o", f"jsonpath={fmt}"], str.strip)
 
 

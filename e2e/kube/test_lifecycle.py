@@ -33,6 +33,7 @@ import helm_python as helm
 from harness import (
     BIN_DIR,
     GATEWAYS,
+    MAX_VOTERS,
     NEVER_READY,
     NS,
     OPERATOR_NS,
@@ -48,6 +49,7 @@ from harness import (
     condition,
     distinct_steps,
     first_deletions,
+    membership_steps,
     free_port,
     get_json,
     voter_ip,
@@ -146,6 +148,8 @@ class ClusterLifecycle(unittest.TestCase):
                     str(BIN_DIR / "ursula-operator"),
                     "--voter-admin-url",
                     "http://127.0.0.1{ordinal}:4438",
+                    "--voter-member-host",
+                    "127.0.0.1{ordinal}",
                     "--ready-timeout",
                     str(READY_TIMEOUT_S),
                 ],
@@ -154,10 +158,11 @@ class ClusterLifecycle(unittest.TestCase):
                 stderr=subprocess.STDOUT,
             )
 
-    def cluster_chart(self, action, version):
+    def cluster_chart(self, action, version, voters=VOTERS):
         values = {
             "version": version,
-            "voters": VOTERS,
+            "voters": voters,
+            "volumeReclaim": "Delete",
             "gatewayReplicas": GATEWAYS,
             "storage": {"size": "1Gi"},
             "objectStore": {
@@ -238,8 +243,8 @@ class ClusterLifecycle(unittest.TestCase):
         return [(run[0], run[1]) for run in runs]
 
     def test_lifecycle(self):
-        # Claims of the voters need volumes (there is no provisioner).
-        for i in range(VOTERS):
+        # Claims of the voters need volumes (there is no provisioner); two more for the growth.
+        for i in range(MAX_VOTERS):
             kubectl(
                 "apply",
                 "-f",
@@ -253,6 +258,8 @@ class ClusterLifecycle(unittest.TestCase):
                             "capacity": {"storage": "1Gi"},
                             "accessModes": ["ReadWriteOnce"],
                             "hostPath": {"path": f"{self.work}/pv-{i}"},
+                            # Bound ahead to voter i's claim: other tests' claims wait too.
+                            "claimRef": {"namespace": NS, "name": f"data-{RELEASE}-{i}"},
                         },
                     }
                 ),
@@ -497,7 +504,93 @@ class ClusterLifecycle(unittest.TestCase):
             self.assertEqual(status, 404, "a purged bucket is fenced")
             self.assertIn(b"error", body)
             self.assertEqual(request("GET", 0, "/orders/eu?offset=-1")[1], b"abc", "other buckets stay")
+
+        with step("helm upgrade --set voters=5, then 3 again, while a producer writes"):
+            self.grow_and_shrink()
         type(self).passed = True
+
+    def wait_membership(self, voters, timeout=300):
+        """The groups' leaders report `voters` voters, the change is over, and the
+        StatefulSet has as many pods."""
+
+        def settled():
+            status = cluster_status()
+            pods = get_json("statefulset", "-n", NS, RELEASE)["spec"]["replicas"]
+            done = (
+                status.get("raftVoters") == voters
+                and not status.get("membershipStep")
+                and status.get("voterPods") == voters
+                and pods == voters
+            )
+            return status if done else None
+
+        try:
+            return wait_for(f"{voters} voters", settled, timeout)
+        except AssertionError as error:
+            raise AssertionError(f"{error}\n{self.diagnostics()}") from None
+
+    def grow_and_shrink(self):
+        status, _ = request("PUT", 0, "/orders/growing", headers={"Content-Type": "text/plain"})
+        self.assertEqual(status, 201)
+        producer = Producer("/orders/growing")
+        producer.start()
+        watch = membership_steps()
+        watch.start()
+        time.sleep(1)  # the watch is established
+        actions = ("scale", "add", "promote", "demote", "remove")
+        budget = lambda: get_json("pdb", "-n", NS, f"{RELEASE}-voters")["spec"]["maxUnavailable"]
+        try:
+            self.assertEqual(budget(), 1)
+            mark = watch.mark()
+            self.cluster_chart("upgrade", "0.1.0", voters=5)
+            self.wait_membership(5)
+            grown = [s for s in distinct_steps(watch.since(mark)) if s.startswith(actions)]
+            self.assertEqual(
+                grown,
+                ["scale to 5 pods", "add voter 4 as a learner", "promote voter 4",
+                 "add voter 5 as a learner", "promote voter 5"],
+                "status.membershipStep while growing",
+            )
+            self.assertEqual(budget(), 2, "the PodDisruptionBudget widened with the voters")
+            for ordinal in (3, 4):
+                wait_for(f"voter {ordinal} ready",
+                         lambda o=ordinal: request("GET", o, "/readyz", port=4438)[0] == 200,
+                         timeout=60)
+
+            mark = watch.mark()
+            self.cluster_chart("upgrade", "0.1.0", voters=3)
+            self.wait_membership(3)
+            shrunk = [s for s in distinct_steps(watch.since(mark)) if s.startswith(actions)]
+            self.assertEqual(
+                shrunk,
+                ["demote voter 5", "remove voter 5", "demote voter 4", "remove voter 4",
+                 "scale to 3 pods"],
+                "status.membershipStep while shrinking",
+            )
+            self.assertEqual(budget(), 1)
+            notes = operator_events("MembershipStep")
+            for expected in grown + shrunk:
+                self.assertTrue(any(note.startswith(expected) for note in notes),
+                                f"a MembershipStep event {expected!r} in {notes}")
+            # volumeReclaim Delete: the removed voters' claims go with them.
+            claims = get_json("pvc", "-n", NS)["items"]
+            names = sorted(c["metadata"]["name"] for c in claims
+                           if not c["metadata"].get("deletionTimestamp"))
+            self.assertEqual(names, [f"data-{RELEASE}-{i}" for i in range(VOTERS)])
+        finally:
+            watch.stop()
+            producer.stop()
+        self.assertEqual(producer.unexpected, [], "only 503s or no answer while voters moved")
+        status, body = request("GET", 0, "/orders/growing?offset=-1")
+        self.assertEqual(status, 200)
+        self.assertEqual(
+            body.decode().splitlines(),
+            [f"p:{i}" for i in range(producer.acked)],
+            "every acknowledged append once, in order, and nothing else",
+        )
+        self.assertGreater(producer.acked, 20, "the producer kept writing")
+        print(f"  {producer.acked} appends acknowledged through 3 -> 5 -> 3 voters, "
+              f"{producer.retries} retried", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -156,6 +156,7 @@ pub async fn start(config: Config) -> Result<Node, StartError> {
                 listener,
                 Arc::new(cluster::service::Served {
                     rafts: rafts.clone(),
+                    engines: engines.clone(),
                     metrics,
                     rejoining: rejoining.clone(),
                 }),
@@ -167,6 +168,7 @@ pub async fn start(config: Config) -> Result<Node, StartError> {
                 book: view.book.clone(),
                 rejoining,
                 transport,
+                leader_lease: config.raft.election_timeout * 2,
             };
             let groups = Groups::replicated(engines, view);
             (

@@ -151,6 +151,15 @@ fn a_single_voter_with_data_becomes_the_first_of_three() {
             change(&cluster, 0, Method::PUT, &path, None).await;
         }
         wait_membership(&cluster, &[1, 2, 3], &[]).await;
+        // Voter 1 led every group; the new voters take their share (4 groups over 3: one each).
+        for i in [1, 2] {
+            change(&cluster, i, Method::POST, "/admin/leadership/claim", None).await;
+        }
+        let mut led = [0usize; 3];
+        for group in cluster.membership().await {
+            led[group.leader.expect("a leader") as usize - 1] += 1;
+        }
+        assert!(led.iter().all(|n| *n >= 1), "leaders per voter: {led:?}");
         let acked = load.finish().await;
         // The first voter is no longer needed: the other two hold everything.
         tokio::task::block_in_place(|| cluster.kill(0));

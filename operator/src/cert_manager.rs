@@ -156,7 +156,7 @@ pub async fn ensure(
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
     let params = PatchParams::apply(crate::apply::FIELD_MANAGER).force();
     let mut issued = Vec::new();
-    for ordinal in 0..cluster.spec.voters {
+    for ordinal in 0..crate::objects::voter_pods(cluster) {
         let wanted = voter_certificate_for(cluster, ordinal, issuer);
         // The answer is the whole object, status (cert-manager's word on it) included.
         let applied = match certificates
@@ -172,12 +172,12 @@ pub async fn ensure(
         let secret = secrets.get_opt(&name).await?;
         issued.push((name, secret, Some(applied)));
     }
-    // Those of voters the cluster no longer has: the ones it owns beyond `spec.voters`.
+    // Those of voters the cluster no longer has: the ones it owns beyond its voter pods.
     let owned = ListParams::default().labels(&format!(
         "app.kubernetes.io/instance={},app.kubernetes.io/name={NODE}",
         cluster.name_any()
     ));
-    let wanted: Vec<String> = (0..cluster.spec.voters)
+    let wanted: Vec<String> = (0..crate::objects::voter_pods(cluster))
         .map(|ordinal| voter_certificate(cluster, ordinal))
         .collect();
     for certificate in certificates.list(&owned).await? {

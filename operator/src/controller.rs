@@ -134,8 +134,14 @@ async fn observe(
         .collect::<Vec<_>>()
         .join(",");
     let listed = pods.list(&ListParams::default().labels(&selector)).await?;
-    // A terminating pod is a voter being replaced: as good as missing.
-    let voter_pods: Vec<Option<&Pod>> = (0..cluster.spec.voters)
+    // The pods the StatefulSet has now (a growth adds pods before voters; a shrink removes
+    // them last). A terminating pod is a voter being replaced: as good as missing.
+    let existing = if replicas > 0 {
+        replicas
+    } else {
+        cluster.spec.voters
+    };
+    let voter_pods: Vec<Option<&Pod>> = (0..existing)
         .map(|ordinal| {
             listed.items.iter().find(|p| {
                 p.name_any() == format!("{name}-{ordinal}")
@@ -147,7 +153,7 @@ async fn observe(
         .iter()
         .map(|pod| pod.and_then(|p| p.metadata.uid.clone()))
         .collect();
-    let voters = (0..cluster.spec.voters)
+    let voters = (0..existing)
         .zip(&voter_pods)
         .map(|(ordinal, pod)| VoterState {
             ordinal,
@@ -181,6 +187,20 @@ fn since(started: Option<&str>) -> Duration {
         .map_or(Duration::ZERO, |started| {
             Duration::try_from(Timestamp::now().duration_since(started)).unwrap_or_default()
         })
+}
+
+/// A condition's last transition is when its status last changed: one that keeps its status
+/// keeps its time. (A status written again unchanged would also wake this controller for
+/// nothing, several times a second.)
+fn keep_transition_times(conditions: &mut [Condition], previous: &[Condition]) {
+    for condition in conditions {
+        if let Some(before) = previous
+            .iter()
+            .find(|p| p.type_ == condition.type_ && p.status == condition.status)
+        {
+            condition.last_transition_time = before.last_transition_time.clone();
+        }
+    }
 }
 
 fn condition(
@@ -329,7 +349,7 @@ pub async fn reconcile(cluster: Arc<UrsulaCluster>, ctx: Arc<Context>) -> Result
         &cluster,
         voter_pods,
         crate::resize::observe(&ctx.nodes, &cluster, voter_pods, &admin_token).await,
-        step != Step::Done,
+        observed.version_changing(&voter_template),
         since(previous.membership_step_started.as_deref()),
         ctx.limits.ready_timeout,
     );
@@ -403,7 +423,7 @@ pub async fn reconcile(cluster: Arc<UrsulaCluster>, ctx: Arc<Context>) -> Result
     apply(
         client,
         &ns,
-        &crate::gateways::gateway_deployment_at(&cluster, &gateway_version),
+        &crate::gateways::gateway_deployment_at(&shaped, &gateway_version),
     )
     .await?;
     for budget in workloads::disruption_budgets(&shaped) {
@@ -500,6 +520,7 @@ pub async fn reconcile(cluster: Arc<UrsulaCluster>, ctx: Arc<Context>) -> Result
         | MembershipStep::Promote(_)
         | MembershipStep::Demote(_)
         | MembershipStep::Remove(_)
+        | MembershipStep::SpreadLeaders(_)
         | MembershipStep::Scale(_) => {
             publish(
                 &ctx,
@@ -589,7 +610,10 @@ pub async fn reconcile(cluster: Arc<UrsulaCluster>, ctx: Arc<Context>) -> Result
             generation,
         ));
     }
-    let membership_text = (!membership_settled).then(|| membership_step.name());
+    // Waiting for an upgrade is the upgrade's step, shown as such.
+    let membership_text = membership_step
+        .is_changing()
+        .then(|| membership_step.name());
     let membership_step_started = match (&membership_text, &membership_step) {
         (None, _) => None,
         (Some(text), step)
@@ -610,6 +634,7 @@ pub async fn reconcile(cluster: Arc<UrsulaCluster>, ctx: Arc<Context>) -> Result
         .iter()
         .filter_map(|v| v.version.as_deref())
         .collect();
+    keep_transition_times(&mut conditions, &previous.conditions);
     let status = UrsulaClusterStatus {
         observed_generation: generation,
         conditions,
@@ -622,7 +647,9 @@ pub async fn reconcile(cluster: Arc<UrsulaCluster>, ctx: Arc<Context>) -> Result
         ready_gateways: observed.gateway.available,
         upgrade_step: (!matches!(step, Step::Done)).then(|| step_text.clone()),
         step_started: step_started(&previous, generation, &step, &step_text),
-        bootstrapped: previous.bootstrapped || ready_voters > cluster.spec.voters / 2,
+        // Formed once every group reports a leader: from the voters, not from pod readiness
+        // (a voter joining before the cluster formed would wait forever to be added).
+        bootstrapped: previous.bootstrapped || shape.raft_voters.is_some(),
         voter_pods: shape.voter_pods,
         raft_voters: shape.raft_voters,
         membership_step: membership_text,
@@ -685,6 +712,7 @@ async fn report_degraded(
     let generation = cluster.metadata.generation;
     let mut status = cluster.status.clone().unwrap_or_default();
     status.observed_generation = generation;
+    let previous = std::mem::take(&mut status.conditions);
     status.conditions = vec![condition(
         "Degraded",
         true,
@@ -692,6 +720,7 @@ async fn report_degraded(
         message.clone(),
         generation,
     )];
+    keep_transition_times(&mut status.conditions, &previous);
     let ns = cluster.namespace().unwrap_or_default();
     write_status(&ctx.client, &ns, &cluster.name_any(), &status).await?;
     publish(

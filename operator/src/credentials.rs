@@ -114,7 +114,7 @@ pub fn voter_certificates(
 ) -> Result<Secret, ursula_wire::issue::Error> {
     let mut data = BTreeMap::from([(CA_FILE.to_owned(), bytes(authority.cert_pem()))]);
     let mut first_expiry = None;
-    for ordinal in 0..cluster.spec.voters {
+    for ordinal in 0..crate::objects::voter_pods(cluster) {
         let host = crate::objects::voter_host(cluster, ordinal);
         let issued = authority.issue_node(u64::from(ordinal) + 1, &[host], CERT_LIFETIME)?;
         data.insert(cert_file(ordinal), bytes(&issued.cert_pem));
@@ -129,7 +129,10 @@ pub fn voter_certificates(
         .unwrap_or_default();
     secret.metadata.annotations = Some(BTreeMap::from([
         (NOT_AFTER.to_owned(), not_after),
-        (ISSUED_FOR.to_owned(), cluster.spec.voters.to_string()),
+        (
+            ISSUED_FOR.to_owned(),
+            crate::objects::voter_pods(cluster).to_string(),
+        ),
     ]));
     Ok(secret)
 }
@@ -238,7 +241,11 @@ async fn ensure_own_ca(
     .map_err(|e| CredentialsError::Damaged(ca_secret(cluster), e.to_string()))?;
 
     let existing = api.get_opt(&tls_secret(cluster)).await?;
-    if let Some(why) = reissue(existing.as_ref(), cluster.spec.voters, Timestamp::now()) {
+    if let Some(why) = reissue(
+        existing.as_ref(),
+        crate::objects::voter_pods(cluster),
+        Timestamp::now(),
+    ) {
         tracing::info!(cluster = %cluster.name_any(), ?why, "issuing the voters' certificates");
         let secret = voter_certificates(cluster, &authority)
             .map_err(|e| CredentialsError::Issue(e.to_string()))?;

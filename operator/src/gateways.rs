@@ -37,7 +37,7 @@ pub fn gateway_deployment_at(cluster: &UrsulaCluster, version: &str) -> Deployme
         "--admin-listen".to_owned(),
         format!("0.0.0.0:{}", ports::ADMIN),
     ];
-    for ordinal in 0..spec.voters {
+    for ordinal in 0..crate::objects::voter_pods(cluster) {
         args.push("--upstream".to_owned());
         args.push(format!(
             "http://{}:{}",

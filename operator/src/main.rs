@@ -27,6 +27,11 @@ struct Args {
     /// Default: the headless Service's names, `http://{name}-{ordinal}.{name}-headless.{namespace}.svc:4438`.
     #[arg(long, value_name = "TEMPLATE")]
     voter_admin_url: Option<String>,
+    /// The host a voter is announced at when it is added to the Raft groups (its cluster and
+    /// client URLs), as a template like `--voter-admin-url`'s, for voters that are not at
+    /// their headless Service names. Default: those names.
+    #[arg(long, value_name = "TEMPLATE")]
+    voter_member_host: Option<String>,
     /// How long a replaced voter, or a gateway rollout, may take to become ready before the
     /// upgrade halts with `Degraded`.
     #[arg(long, value_name = "SECONDS", default_value_t = 600)]
@@ -66,9 +71,15 @@ async fn main() -> ExitCode {
     let context = Arc::new(Context {
         client: client.clone(),
         recorder: Recorder::new(client.clone(), reporter),
-        nodes: args
-            .voter_admin_url
-            .map_or_else(Nodes::default, Nodes::with_admin_template),
+        nodes: {
+            let nodes = args
+                .voter_admin_url
+                .map_or_else(Nodes::default, Nodes::with_admin_template);
+            match args.voter_member_host {
+                Some(template) => nodes.with_member_host(template),
+                None => nodes,
+            }
+        },
         limits: Limits {
             ready_timeout: Duration::from_secs(args.ready_timeout),
         },

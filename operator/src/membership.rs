@@ -19,6 +19,9 @@ use ursula_wire::admin::{GroupMembership, MembershipReport};
 /// refuses beyond 1024).
 pub const CAUGHT_UP_LAG: u64 = 256;
 
+/// The name of the step that ends a change (`MembershipStep::SpreadLeaders`).
+pub const SPREAD_LEADERS: &str = "spread leaders";
+
 /// What the planner looks at.
 #[derive(Debug, Clone, Default)]
 pub struct MembershipView {
@@ -32,6 +35,9 @@ pub struct MembershipView {
     pub reports: Vec<MembershipReport>,
     /// Whether a version upgrade or rollback is underway.
     pub upgrading: bool,
+    /// Whether the last reconcile left a membership change underway (`status.membershipStep`,
+    /// other than the spreading of leaders that ends one).
+    pub was_changing: bool,
     /// How long the current step has waited.
     pub waiting_for: Duration,
     pub ready_timeout: Duration,
@@ -56,6 +62,9 @@ pub enum MembershipStep {
     /// Hand off its leadership, then make it a learner.
     Demote(u64),
     Remove(u64),
+    /// After a change: these voters lead less than their share of the groups, and take it
+    /// from the busiest leaders (new voters lead nothing).
+    SpreadLeaders(Vec<u64>),
     /// Stop and report `Degraded`.
     Halt(String),
 }
@@ -74,6 +83,7 @@ impl MembershipStep {
             Self::Promote(id) => format!("promote voter {id}"),
             Self::Demote(id) => format!("demote voter {id}"),
             Self::Remove(id) => format!("remove voter {id}"),
+            Self::SpreadLeaders(_) => SPREAD_LEADERS.into(),
             Self::Halt(_) => "halted".into(),
         }
     }
@@ -118,6 +128,20 @@ fn members(groups: &[GroupMembership]) -> Members {
     members
 }
 
+/// The voters that lead fewer than their share of the groups (the groups over the voters,
+/// rounded down).
+fn short_of_share(groups: &[GroupMembership], voters: &BTreeSet<u64>) -> Vec<u64> {
+    if voters.is_empty() {
+        return Vec::new();
+    }
+    let share = groups.len() / voters.len();
+    voters
+        .iter()
+        .filter(|id| groups.iter().filter(|g| g.leader == Some(**id)).count() < share)
+        .copied()
+        .collect()
+}
+
 /// The most entries node `id` lacks in any group (`u64::MAX` where its leader does not say).
 fn lag(groups: &[GroupMembership], id: u64) -> u64 {
     groups
@@ -151,10 +175,9 @@ pub fn next_step(view: &MembershipView) -> MembershipStep {
         }
     };
     if !complete {
-        // Without every group's word nothing is known to be wrong, unless a change is asked.
-        if u64::from(view.replicas) == u64::from(view.desired)
-            && view.reports.len() < usize::from(view.replicas)
-        {
+        // Without every group's word (a voter restarting, an election) nothing is known to be
+        // wrong, unless a change was asked for or is underway.
+        if view.replicas == view.desired && !view.was_changing {
             return MembershipStep::Done;
         }
         return wait(
@@ -167,7 +190,12 @@ pub fn next_step(view: &MembershipView) -> MembershipStep {
         && rejoining.is_empty()
         && view.replicas == view.desired;
     if settled {
-        return MembershipStep::Done;
+        let behind = short_of_share(&groups, &members.voters);
+        return if view.was_changing && !behind.is_empty() {
+            MembershipStep::SpreadLeaders(behind)
+        } else {
+            MembershipStep::Done
+        };
     }
     let underway = !members.others.is_empty()
         || members.joint
@@ -281,6 +309,7 @@ mod tests {
             group_count: GROUPS,
             reports,
             upgrading: false,
+            was_changing: false,
             waiting_for: Duration::ZERO,
             ready_timeout: Duration::from_secs(600),
         }
@@ -347,6 +376,27 @@ mod tests {
         ] {
             assert_eq!(next_step(&view), expected, "{what}");
         }
+    }
+
+    #[test]
+    fn a_change_ends_with_the_leaders_spread_over_every_voter_once() {
+        let all = [1, 2, 3, 4, 5];
+        // Every group is led by node 1: with 2 groups over 5 voters the share is 0, so
+        // nobody is short; over 2 voters it is 1 each.
+        let mut grown = view(5, 5, reports(&all, &[], &all, &[]));
+        grown.was_changing = true;
+        assert_eq!(
+            next_step(&grown),
+            Done,
+            "the share of 2 groups over 5 voters is 0"
+        );
+        let mut two = view(2, 2, reports(&[1, 2], &[], &[1, 2], &[]));
+        two.was_changing = true;
+        assert_eq!(next_step(&two), SpreadLeaders(vec![2]));
+        assert_eq!(SpreadLeaders(vec![2]).name(), SPREAD_LEADERS);
+        // Not after a change (a restart, an upgrade): left to the next change.
+        two.was_changing = false;
+        assert_eq!(next_step(&two), Done);
     }
 
     #[test]
@@ -474,8 +524,12 @@ mod tests {
                 group.leader = Some(1);
             }
         }
-        // Node 1 leads and did not answer: nothing is known to be wrong.
+        // Node 1 leads and did not answer: nothing is known to be wrong...
         assert_eq!(next_step(&view(3, 3, partial.clone())), Done);
-        assert_eq!(next_step(&view(5, 3, partial)), WaitForGroups);
+        // ...unless a change is asked for, or was underway.
+        assert_eq!(next_step(&view(5, 3, partial.clone())), WaitForGroups);
+        let mut underway = view(5, 5, partial);
+        underway.was_changing = true;
+        assert_eq!(next_step(&underway), WaitForGroups);
     }
 }

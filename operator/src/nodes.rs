@@ -39,6 +39,8 @@ pub type AdminAddress = Arc<dyn Fn(&UrsulaCluster, u8) -> String + Send + Sync>;
 pub struct Nodes {
     client: Client<HttpConnector, Full<Bytes>>,
     admin: AdminAddress,
+    /// The host template new voters are announced at (`with_member_host`).
+    member_host: Option<String>,
 }
 
 /// Fills `{name}`, `{namespace}` and `{ordinal}` of `template` for voter `ordinal` of
@@ -82,7 +84,16 @@ impl Nodes {
         Self {
             client: Client::builder(TokioExecutor::new()).build_http(),
             admin,
+            member_host: None,
         }
+    }
+
+    /// Voters added to the Raft groups are announced at this host template (`{name}`,
+    /// `{namespace}`, `{ordinal}`) instead of their headless Service names: for voters that
+    /// are not at those names (a test's loopback addresses).
+    pub fn with_member_host(mut self, template: String) -> Self {
+        self.member_host = Some(template);
+        self
     }
 
     fn admin_url(&self, cluster: &UrsulaCluster, ordinal: u8, path: &str) -> String {
@@ -182,8 +193,13 @@ impl Nodes {
     ) -> Result<(), NodeError> {
         let (method, path, body) = match change {
             MembershipChange::AddLearner => {
-                let (cluster_url, client_url) =
-                    crate::objects::voter_urls(cluster, u8::try_from(id - 1).unwrap_or(u8::MAX));
+                let ordinal = u8::try_from(id - 1).unwrap_or(u8::MAX);
+                let (cluster_url, client_url) = match &self.member_host {
+                    Some(template) => crate::objects::urls_at(&admin_url_from_template(
+                        template, cluster, ordinal,
+                    )),
+                    None => crate::objects::voter_urls(cluster, ordinal),
+                };
                 let member = NewMember {
                     cluster_url,
                     client_url,
@@ -197,6 +213,18 @@ impl Nodes {
         };
         let url = self.admin_url(cluster, via, &format!("/admin/membership/{path}/{id}"));
         self.call(method, url, via, token, body).await.map(drop)
+    }
+
+    /// Makes voter `ordinal` take over its share of the groups' leadership
+    /// (`POST /admin/leadership/claim`).
+    pub async fn claim_leadership(
+        &self,
+        cluster: &UrsulaCluster,
+        ordinal: u8,
+        token: &str,
+    ) -> Result<(), NodeError> {
+        let url = self.admin_url(cluster, ordinal, "/admin/leadership/claim");
+        self.post(url, ordinal, token).await.map(drop)
     }
 
     /// Purges a bucket through voter `ordinal` (any voter forwards to the group's leader).

@@ -113,7 +113,11 @@ pub fn voter_host(cluster: &UrsulaCluster, ordinal: u8) -> String {
 /// Where voter `ordinal`'s peers reach it (its cluster URL) and where clients are sent to
 /// reach it (its client URL).
 pub fn voter_urls(cluster: &UrsulaCluster, ordinal: u8) -> (String, String) {
-    let host = voter_host(cluster, ordinal);
+    urls_at(&voter_host(cluster, ordinal))
+}
+
+/// The cluster and client URLs of a voter at `host`.
+pub fn urls_at(host: &str) -> (String, String) {
     (
         format!("https://{host}:{}", ports::CLUSTER),
         format!("http://{host}:{}", ports::CLIENT),

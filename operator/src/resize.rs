@@ -35,12 +35,16 @@ pub fn view(
     waiting_for: Duration,
     ready_timeout: Duration,
 ) -> MembershipView {
+    let status = cluster.status.as_ref();
     MembershipView {
         desired: cluster.spec.voters,
         replicas: pods,
         group_count: usize::try_from(GROUP_COUNT).unwrap_or(usize::MAX),
         reports,
         upgrading,
+        was_changing: status
+            .and_then(|s| s.membership_step.as_deref())
+            .is_some_and(|step| step != crate::membership::SPREAD_LEADERS),
         waiting_for,
         ready_timeout,
     }
@@ -97,6 +101,13 @@ pub async fn act(
             (MembershipChange::Demote, id)
         }
         MembershipStep::Remove(id) => (MembershipChange::Remove, id),
+        MembershipStep::SpreadLeaders(ref ids) => {
+            for id in ids {
+                let ordinal = u8::try_from(id - 1).unwrap_or(u8::MAX);
+                nodes.claim_leadership(cluster, ordinal, token).await?;
+            }
+            return Ok(());
+        }
         _ => return Ok(()),
     };
     nodes

@@ -77,6 +77,21 @@ impl Default for Limits {
     }
 }
 
+impl Observed {
+    /// Whether a version change is underway: anything that exists runs, or is templated at, a
+    /// version other than the desired one. (A voter pod that is only not ready is not one.)
+    pub fn version_changing(&self, voter_template: &str) -> bool {
+        let desired = self.desired.as_str();
+        self.gateway.version != desired
+            || voter_template != desired
+            || self.voters.iter().any(|v| {
+                v.version
+                    .as_deref()
+                    .is_some_and(|version| version != desired)
+            })
+    }
+}
+
 /// Orders versions numerically by dot-separated parts (`0.10.0` > `0.9.1`, an optional `v`
 /// prefix ignored); versions that do not parse compare as text.
 pub fn compare_versions(a: &str, b: &str) -> Ordering {
@@ -205,6 +220,44 @@ mod tests {
 
     const OLD: Option<&str> = Some("0.7.2");
     const NEW: Option<&str> = Some("0.7.3");
+
+    #[test]
+    fn only_versions_make_a_version_change_not_a_voter_that_is_down() {
+        for (what, observed, template, changing) in [
+            (
+                "settled",
+                observed("0.7.3", ("0.7.3", true), &[(NEW, true), (NEW, true)]),
+                "0.7.3",
+                false,
+            ),
+            (
+                "a new pod not ready",
+                observed("0.7.3", ("0.7.3", true), &[(NEW, true), (None, false)]),
+                "0.7.3",
+                false,
+            ),
+            (
+                "gateway behind",
+                observed("0.7.3", ("0.7.2", true), &[(NEW, true)]),
+                "0.7.3",
+                true,
+            ),
+            (
+                "template behind",
+                observed("0.7.3", ("0.7.3", true), &[(NEW, true)]),
+                "0.7.2",
+                true,
+            ),
+            (
+                "a voter behind",
+                observed("0.7.3", ("0.7.3", true), &[(NEW, true), (OLD, true)]),
+                "0.7.3",
+                true,
+            ),
+        ] {
+            assert_eq!(observed.version_changing(template), changing, "{what}");
+        }
+    }
 
     #[test]
     fn upgrade_rolls_gateways_then_voters_from_the_highest_ordinal() {

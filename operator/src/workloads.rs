@@ -118,7 +118,7 @@ fn cluster_tls_volume(cluster: &UrsulaCluster) -> Volume {
         path,
         ..KeyToPath::default()
     };
-    let sources = (0..cluster.spec.voters)
+    let sources = (0..crate::objects::voter_pods(cluster))
         .map(|ordinal| {
             let mut items = vec![
                 item(mounts::ISSUED_CERT, mounts::cert_file(ordinal)),

@@ -117,3 +117,17 @@ async fn change(admin: &Admin, change: MembershipChange) -> Answer {
         serde_json::to_string(&body).unwrap_or_default(),
     ))
 }
+
+/// This voter takes over its share of the groups' leadership from the busiest leaders (after
+/// a growth, the new voters lead nothing).
+pub async fn claim_leadership(State(admin): State<Arc<Admin>>, _: Authorized) -> Answer {
+    let claimed = members(&admin)?
+        .claim_leadership()
+        .await
+        .map_err(|error| ApiError::new(ErrorToken::Unavailable, error.to_string()))?;
+    tracing::info!(groups = ?claimed, "took over the leadership of groups");
+    Ok(json(
+        StatusCode::OK,
+        serde_json::json!({ "claimed": claimed }).to_string(),
+    ))
+}

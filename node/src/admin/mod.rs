@@ -66,6 +66,10 @@ fn router(admin: Arc<Admin>) -> Router {
             put(membership::promote).delete(membership::demote),
         )
         .route(
+            "/admin/leadership/claim",
+            post(membership::claim_leadership),
+        )
+        .route(
             "/admin/replica/{bucket}/{stream}",
             get(replica).head(method_not_allowed),
         )

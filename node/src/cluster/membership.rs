@@ -137,6 +137,24 @@ pub async fn change_here(
     }
 }
 
+/// Hands the leadership of the group `raft` leads here off for `window_ms` (see
+/// `Engine::yield_leadership`).
+pub fn hand_off_here(
+    raft: &Raft,
+    engine: Option<&Arc<crate::engine::Engine>>,
+    window_ms: u64,
+) -> Result<(), ChangeError> {
+    let metrics = raft.metrics().borrow().clone();
+    match engine {
+        Some(engine) if metrics.current_leader == Some(metrics.id) => {
+            engine.yield_leadership(std::time::Duration::from_millis(window_ms));
+            Ok(())
+        }
+        Some(_) => Err(ChangeError::NotLeader(metrics.current_leader)),
+        None => Err(ChangeError::Failed("the group has no engine here".into())),
+    }
+}
+
 /// Entries each other member lacks of the leader's log (all of them: `u64::MAX` when it has
 /// acknowledged none); empty unless this node leads.
 fn lags(metrics: &openraft::RaftMetrics<NodeId, openraft::BasicNode>) -> BTreeMap<NodeId, u64> {
@@ -217,6 +235,9 @@ pub struct Members {
     pub book: Arc<AddressBook>,
     pub rejoining: Arc<Rejoining>,
     pub transport: super::transport::Transport,
+    /// openraft's leader lease (`raft.election_timeout` twice): how long followers refuse
+    /// to vote after they last heard from their leader.
+    pub leader_lease: std::time::Duration,
 }
 
 impl Members {
@@ -274,6 +295,78 @@ impl Members {
         Ok(groups)
     }
 
+    /// Takes over the leadership of groups from the voters that lead the most, until this
+    /// node leads its share (the groups over the voters, rounded down): each such leader hands
+    /// the group off (`CallKind::HandOff`), and once the followers' leases have run out this
+    /// node campaigns first. openraft 0.9 has no leadership transfer; this costs each group
+    /// moved about a lease of refused writes, as a drain does. The groups it leads afterwards
+    /// of those it asked for.
+    pub async fn claim_leadership(&self) -> Result<Vec<u32>, ChangeError> {
+        let me = self.transport.this_node;
+        let chosen = {
+            let leaders: Vec<(u32, Option<NodeId>, Vec<NodeId>)> = self
+                .hosted()
+                .map(|(group, raft)| {
+                    let metrics = raft.metrics();
+                    let metrics = metrics.borrow();
+                    let voters = metrics.membership_config.membership().voter_ids().collect();
+                    (group, metrics.current_leader, voters)
+                })
+                .collect();
+            share_out(me, &leaders)
+        };
+        let window_ms = (self.leader_lease * 3).as_millis() as u64;
+        for (group, leader) in &chosen {
+            let body = postcard::to_allocvec(&window_ms)
+                .map_err(|e| ChangeError::Failed(e.to_string()))?;
+            let peer = self.book.get(*leader).ok_or_else(|| {
+                ChangeError::Failed(format!("the address of node {leader} is unknown"))
+            })?;
+            let answer = super::network::forward::<Result<(), ChangeError>>(
+                &self.transport.http,
+                me,
+                &peer.cluster_url,
+                *group as usize,
+                super::peer_link::CallKind::HandOff,
+                body,
+            )
+            .await;
+            if let Err(error) = answer.map_err(ChangeError::Failed).and_then(|a| a) {
+                tracing::info!(group, leader, %error, "the leader did not hand the group off");
+            }
+        }
+        // The followers heard from the old leader up to now: they vote once their lease ends.
+        tokio::time::sleep(self.leader_lease + std::time::Duration::from_millis(50)).await;
+        let rafts: Vec<(u32, &Raft)> = self
+            .hosted()
+            .filter(|(group, _)| chosen.iter().any(|(g, _)| g == group))
+            .collect();
+        // A campaign a follower turns down (its lease had a moment left) is tried again.
+        let deadline = tokio::time::Instant::now() + self.leader_lease * 2;
+        loop {
+            let mut led = Vec::new();
+            for (group, raft) in &rafts {
+                let (leads, campaigning) = {
+                    let metrics = raft.metrics();
+                    let metrics = metrics.borrow();
+                    (
+                        metrics.current_leader == Some(me),
+                        metrics.state == openraft::ServerState::Candidate,
+                    )
+                };
+                if leads {
+                    led.push(*group);
+                } else if !campaigning {
+                    let _ = raft.trigger().elect().await;
+                }
+            }
+            if led.len() == rafts.len() || tokio::time::Instant::now() >= deadline {
+                return Ok(led);
+            }
+            tokio::time::sleep(self.leader_lease / 4).await;
+        }
+    }
+
     async fn forward(
         &self,
         leader: NodeId,
@@ -296,5 +389,77 @@ impl Members {
         )
         .await
         .map_err(|why| ChangeError::Failed(format!("node {leader}: {why}")))?
+    }
+}
+
+/// Which groups node `me` takes, and from whom: from the voters that lead the most, one group
+/// at a time, until it leads its share of `leaders` ((group, leader, voters) of each group),
+/// and only groups it votes in.
+fn share_out(me: NodeId, leaders: &[(u32, Option<NodeId>, Vec<NodeId>)]) -> Vec<(u32, NodeId)> {
+    let voters: BTreeSet<NodeId> = leaders
+        .iter()
+        .flat_map(|(_, _, v)| v.iter().copied())
+        .collect();
+    if !voters.contains(&me) {
+        return Vec::new();
+    }
+    let share = leaders.len() / voters.len();
+    let mut led: BTreeMap<NodeId, Vec<u32>> = voters.iter().map(|id| (*id, Vec::new())).collect();
+    for (group, leader, group_voters) in leaders {
+        if let Some(leader) = leader
+            && group_voters.contains(&me)
+        {
+            led.entry(*leader).or_default().push(*group);
+        }
+    }
+    let mut chosen = Vec::new();
+    while led.get(&me).map_or(0, Vec::len) < share {
+        let Some((&busiest, groups)) = led
+            .iter_mut()
+            .filter(|(id, _)| **id != me)
+            .max_by_key(|(id, groups)| (groups.len(), std::cmp::Reverse(**id)))
+        else {
+            break;
+        };
+        if groups.len() <= share {
+            break;
+        }
+        let Some(group) = groups.pop() else { break };
+        chosen.push((group, busiest));
+        led.entry(me).or_default().push(group);
+    }
+    chosen
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_voter_takes_its_share_from_the_busiest_leaders_only() {
+        let five: Vec<NodeId> = vec![1, 2, 3, 4, 5];
+        // 16 groups led 8, 4, 4 by voters 1-3 of five: voter 4 takes 3 (16 / 5), from the
+        // busiest each time.
+        let leaders: Vec<(u32, Option<NodeId>, Vec<NodeId>)> = (0..16)
+            .map(|g| (g, Some([1, 1, 2, 3][g as usize % 4]), five.clone()))
+            .collect();
+        let chosen = share_out(4, &leaders);
+        assert_eq!(chosen.len(), 3, "{chosen:?}");
+        let mut counts: BTreeMap<NodeId, usize> = BTreeMap::new();
+        for (_, leader, _) in &leaders {
+            *counts.entry(leader.unwrap()).or_default() += 1;
+        }
+        for (_, from) in &chosen {
+            *counts.get_mut(from).unwrap() -= 1;
+        }
+        assert!(
+            counts.values().all(|n| *n >= 3),
+            "nobody is left below its share: {counts:?}"
+        );
+        // Already leading its share, or not a voter: nothing.
+        let mine: Vec<_> = (0..16).map(|g| (g, Some(4), five.clone())).collect();
+        assert!(share_out(4, &mine).is_empty());
+        let others: Vec<_> = (0..16).map(|g| (g, Some(1), vec![1, 2, 3])).collect();
+        assert!(share_out(4, &others).is_empty());
     }
 }

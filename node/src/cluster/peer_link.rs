@@ -39,6 +39,7 @@ pub enum CallKind {
     Snapshot,
     Purge,
     Membership,
+    HandOff,
 }
 
 impl CallKind {
@@ -49,6 +50,7 @@ impl CallKind {
             Self::Snapshot => "snapshot",
             Self::Purge => "purge",
             Self::Membership => "membership",
+            Self::HandOff => "hand-off",
         }
     }
 
@@ -59,6 +61,7 @@ impl CallKind {
             Self::Snapshot,
             Self::Purge,
             Self::Membership,
+            Self::HandOff,
         ]
         .into_iter()
         .find(|kind| kind.route() == route)

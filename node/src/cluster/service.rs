@@ -28,7 +28,7 @@ use std::sync::atomic::Ordering;
 use openraft::raft::AppendEntriesRequest;
 
 use super::frame;
-use super::membership::{MembershipChange, change_here};
+use super::membership::{MembershipChange, change_here, hand_off_here};
 use super::peer_link::{BatchAnswer, BatchCall, CallKind};
 use super::rejoin::Rejoining;
 use super::transport::{ClusterTls, FROM_HEADER, PeerIdentity, Wire};
@@ -42,6 +42,8 @@ const MAX_RPC_BYTES: usize = 256 * 1024 * 1024;
 /// which replicas may not vote (`rejoin`).
 pub struct Served {
     pub rafts: Arc<Vec<Option<Raft>>>,
+    /// The groups' engines, which a hand-off of leadership drains for a while.
+    pub engines: Vec<Option<Arc<crate::engine::Engine>>>,
     pub metrics: Arc<Metrics>,
     pub rejoining: Arc<Rejoining>,
 }
@@ -340,6 +342,17 @@ async fn call(
             },
             Err(_) => (StatusCode::BAD_REQUEST, b"the bucket is not UTF-8".to_vec()),
         },
+        // A voter asks this one, the group's leader, to hand the leadership off to it.
+        CallKind::HandOff => match postcard::from_bytes::<u64>(&body) {
+            Ok(window_ms) => match sender.refusal(sender.named) {
+                Some(refused) => refused,
+                None => {
+                    let engine = served.engines.get(group).and_then(Option::as_ref);
+                    encode(&hand_off_here(&raft, engine, window_ms))
+                }
+            },
+            Err(error) => bad(error),
+        },
         // A peer's admin listener was asked to change the membership of every group.
         CallKind::Membership => match postcard::from_bytes::<MembershipChange>(&body) {
             Ok(change) => match sender.refusal(sender.named) {
@@ -388,6 +401,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         Served {
             rafts: Arc::new(vec![None]),
+            engines: vec![None],
             metrics: Arc::default(),
             rejoining: Arc::new(Rejoining::open(dir.path(), false, false, []).unwrap()),
         }

@@ -106,6 +106,8 @@ pub struct Engine {
     max_uncommitted: u64,
     /// Set while the node drains: it takes no writes and lets its groups' leadership go.
     draining: std::sync::atomic::AtomicBool,
+    /// Until when this group's leadership is being handed off (`yield_leadership`).
+    yielding_until: parking_lot::Mutex<Option<std::time::Instant>>,
     /// Reads wait here for a quorum's word that this node leads (`read_barrier`).
     reads: read_barrier::ReadBarrier,
     store: Arc<Store>,
@@ -251,6 +253,7 @@ impl Engine {
             uncommitted: Default::default(),
             max_uncommitted: settings.max_uncommitted,
             draining: Default::default(),
+            yielding_until: Default::default(),
             reads: Default::default(),
             store,
             registry,
@@ -363,8 +366,31 @@ impl Engine {
         }
     }
 
+    /// Whether this node is handing the group's leadership away: draining, or yielding it.
     pub fn is_draining(&self) -> bool {
         self.draining.load(std::sync::atomic::Ordering::Acquire)
+            || self
+                .yielding_until
+                .lock()
+                .is_some_and(|until| std::time::Instant::now() < until)
+    }
+
+    /// Hands this group's leadership off: a drain of this group alone, which ends by itself
+    /// after `window` (by then a voter that asked for it has campaigned, and won).
+    pub fn yield_leadership(self: &Arc<Self>, window: Duration) {
+        *self.yielding_until.lock() = Some(std::time::Instant::now() + window);
+        if let Proposer::Replicated(replication) = &self.proposer {
+            replication.allow_campaigns(false);
+        }
+        let engine = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(window).await;
+            if let Proposer::Replicated(replication) = &engine.proposer
+                && !engine.is_draining()
+            {
+                replication.allow_campaigns(true);
+            }
+        });
     }
 
     /// Pending TTL resets from reads, as a command for the group's leader to propose.
