@@ -98,8 +98,18 @@ for line in sys.stdin:
         continue
     for group in report["groups"]:
         if group["leader"] == report["node"]:
-            groups[group["group"]] = group["lag"].get(str(learner), 1 << 62)
+            # A member that acknowledged nothing yet lags by u64::MAX; bash counts to 2^63.
+            groups[group["group"]] = min(group["lag"].get(str(learner), 1 << 62), 1 << 62)
 print(max(groups.values()) if len(groups) == 16 else 1 << 62)' "$id" <<<"$reports"
+}
+
+appends() { # ROUND: appends voter 1 has applied (every append, whichever group leads it)
+  curl -s "http://127.0.0.1:$(($(port "$1" 1) + 1))/metrics" | awk '$1 == "ursula_appends_total" {print int($2)}'
+}
+
+window() { # ROUND LABEL APPENDS_BEFORE START_NS: the append rate since then
+  local now a; now="$(date +%s%N)"; a="$(appends "$1")"
+  echo "{\"bench\":\"window\",\"round\":$1,\"label\":\"$2\",\"appends_per_sec\":$(( (a - $3) * 1000000000 / (now - $4) ))}" | tee -a "$results"
 }
 
 step() { # ROUND NAME START_NS
@@ -140,10 +150,14 @@ for round in $(seq 1 "$rounds"); do
       --buckets 16 --writers 32 --duration "$duration" --warmup "${warmup_s}s" \
       --server-pids "$round_pids" >>"$results" &
     load=$!
+    sleep "$warmup_s"
+    a0="$(appends "$r")"; t0="$(date +%s%N)"
     if [ "$kind" = change ]; then
-      sleep "$warmup_s"
-      t0="$(date +%s%N)"; grow "$r"; step "$r" "3 -> 5 voters" "$t0"
+      grow "$r"; step "$r" "3 -> 5 voters" "$t0"
+    else
+      sleep 4  # about as long as a growth takes
     fi
+    window "$r" "$kind" "$a0" "$t0"
     wait "$load"
     tail -n 1 "$results"
     for p in ${round_pids//,/ }; do kill "$p" 2>/dev/null || true; done
@@ -156,12 +170,16 @@ import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 def med(label, key):
     return statistics.median(r[key] for r in rows if r.get("label") == label and r["bench"] == "append")
+def window(label):
+    return statistics.median(r["appends_per_sec"] for r in rows if r.get("label") == label and r["bench"] == "window")
 steady, change = med("steady", "appends_per_sec"), med("change", "appends_per_sec")
 print()
 print("append (100 streams in 16 buckets, 32 writers, 256 B, mutual TLS), median of rounds:")
 print(f"  3 voters, steady:     {steady:8.0f}/s  p50 {med('steady','p50_ms'):.3f} ms  p99 {med('steady','p99_ms'):.3f} ms")
 print(f"  growing 3 -> 5:       {change:8.0f}/s  p50 {med('change','p50_ms'):.3f} ms  p99 {med('change','p99_ms'):.3f} ms")
-print(f"  ratio change/steady:  {change / steady:.3f}x")
+print(f"  ratio change/steady:  {change / steady:.3f}x  (the change round's window runs on 5 voters once grown)")
+w_steady, w_change = window("steady"), window("change")
+print(f"during the growth itself (voter 1's ursula_appends_total): steady {w_steady:.0f}/s, growing {w_change:.0f}/s, ratio {w_change / w_steady:.3f}x")
 steps = {}
 for r in rows:
     if r["bench"] == "membership-step":

@@ -120,7 +120,7 @@ wait "$operator_pid" 2>/dev/null || true
 operator_pid=""
 "$root/e2e/s3/setup.sh" >/dev/null  # the S3-API server of the cluster's objectStore
 if URSULA_BIN_DIR="$bin_dir" "$venv/bin/python" "$here/test_lifecycle.py"; then
-  ok "install, upgrade, rollback, halted upgrade and bucket purge (test_lifecycle.py)"
+  ok "install, upgrade, rollback, halted upgrade, bucket purge, 3 -> 5 -> 3 voters (test_lifecycle.py)"
 else
   fail "test_lifecycle.py"
 fi
