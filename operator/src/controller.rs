@@ -10,13 +10,14 @@ use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Resource, ResourceExt};
 
+use crate::conditions::{
+    certificates_condition, condition, keep_transition_times, since, started_at, step_started,
+};
 use crate::crd::{UrsulaCluster, UrsulaClusterStatus};
 use crate::credentials::CredentialsError;
 use crate::membership::MembershipStep;
@@ -178,65 +179,6 @@ async fn observe(
         voter_template,
         pod_uids,
     })
-}
-
-/// How long ago an RFC 3339 time was (zero when there is none).
-fn since(started: Option<&str>) -> Duration {
-    started
-        .and_then(|t| t.parse::<Timestamp>().ok())
-        .map_or(Duration::ZERO, |started| {
-            Duration::try_from(Timestamp::now().duration_since(started)).unwrap_or_default()
-        })
-}
-
-/// A condition's last transition is when its status last changed: one that keeps its status
-/// keeps its time. (A status written again unchanged would also wake this controller for
-/// nothing, several times a second.)
-fn keep_transition_times(conditions: &mut [Condition], previous: &[Condition]) {
-    for condition in conditions {
-        if let Some(before) = previous
-            .iter()
-            .find(|p| p.type_ == condition.type_ && p.status == condition.status)
-        {
-            condition.last_transition_time = before.last_transition_time.clone();
-        }
-    }
-}
-
-fn condition(
-    type_: &str,
-    status: bool,
-    reason: &str,
-    message: String,
-    generation: Option<i64>,
-) -> Condition {
-    Condition {
-        type_: type_.to_owned(),
-        status: if status { "True" } else { "False" }.to_owned(),
-        reason: reason.to_owned(),
-        message,
-        observed_generation: generation,
-        last_transition_time: Time(Timestamp::now()),
-    }
-}
-
-/// When the current step started, for the planner's ready timeout. A spec change restarts the
-/// clock; a halt keeps the clock of the step that timed out, so that the halt stays until the
-/// spec changes or the voter recovers.
-fn step_started(
-    previous: &UrsulaClusterStatus,
-    generation: Option<i64>,
-    step: &Step,
-    step_text: &str,
-) -> Option<String> {
-    let same_spec = previous.observed_generation == generation;
-    let same_step = previous.upgrade_step.as_deref() == Some(step_text);
-    if same_spec && (same_step || matches!(step, Step::Halt(_))) && previous.step_started.is_some()
-    {
-        previous.step_started.clone()
-    } else {
-        Some(Timestamp::now().to_string())
-    }
 }
 
 fn step_name(step: &Step) -> String {
@@ -614,20 +556,14 @@ pub async fn reconcile(cluster: Arc<UrsulaCluster>, ctx: Arc<Context>) -> Result
     let membership_text = membership_step
         .is_changing()
         .then(|| membership_step.name());
-    let membership_step_started = match (&membership_text, &membership_step) {
-        (None, _) => None,
-        (Some(text), step)
-            if previous.observed_generation == generation
-                && (previous.membership_step.as_ref() == Some(text)
-                    || matches!(step, MembershipStep::Halt(_))) =>
-        {
-            previous
-                .membership_step_started
-                .clone()
-                .or_else(|| Some(Timestamp::now().to_string()))
-        }
-        (Some(_), _) => Some(Timestamp::now().to_string()),
-    };
+    let membership_step_started = started_at(
+        &previous,
+        generation,
+        previous.membership_step.as_deref(),
+        previous.membership_step_started.as_deref(),
+        membership_text.as_deref(),
+        matches!(membership_step, MembershipStep::Halt(_)),
+    );
     let shape = shaped.status.clone().unwrap_or_default();
     let versions: Vec<&str> = observed
         .voters
@@ -661,44 +597,6 @@ pub async fn reconcile(cluster: Arc<UrsulaCluster>, ctx: Arc<Context>) -> Result
     } else {
         Duration::from_secs(5)
     }))
-}
-
-/// Whether every voter has its certificate, and where they come from.
-fn certificates_condition(
-    cluster: &UrsulaCluster,
-    waiting_for: &[String],
-    generation: Option<i64>,
-) -> Condition {
-    let (reason, message) = match (&cluster.spec.tls, waiting_for) {
-        (None, _) => (
-            "OperatorCA",
-            format!(
-                "issued by the operator's CA (Secret {})",
-                crate::mounts::ca_secret(cluster)
-            ),
-        ),
-        (Some(tls), []) => (
-            "Issued",
-            format!(
-                "issued by cert-manager's {} {}",
-                tls.issuer_ref.kind, tls.issuer_ref.name
-            ),
-        ),
-        (Some(_), waiting) => (
-            "WaitingForCertManager",
-            format!(
-                "the voters wait for cert-manager to write {}",
-                waiting.join(", ")
-            ),
-        ),
-    };
-    condition(
-        "CertificatesReady",
-        waiting_for.is_empty(),
-        reason,
-        message,
-        generation,
-    )
 }
 
 /// A spec the operator cannot act on, or something it needs that is missing: the `Degraded`

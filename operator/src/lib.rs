@@ -9,6 +9,7 @@
 
 pub mod apply;
 pub mod cert_manager;
+pub mod conditions;
 pub mod controller;
 pub mod crd;
 pub mod credentials;
