@@ -54,15 +54,8 @@ done
 cargo build --release --locked -p ursula-node -p ursula-bench
 node="${node:-$root/target/release/ursula-node}"
 bench="$root/target/release/ursula-bench"
-work="$(mktemp -d)"
-pids=()
-# Stopped voters drain first; wait for them, so that a next run finds the ports free.
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=processes.sh
+source "$root/e2e/bench/processes.sh"
 
 runtime=""
 [ "$voter_workers" -gt 0 ] && runtime="[runtime]\nworker_threads = $voter_workers\n"

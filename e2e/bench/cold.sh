@@ -27,14 +27,8 @@ cargo build --release --locked -p ursula-node -p ursula-bench
 e2e/s3/setup.sh >/dev/null
 node="$root/target/release/ursula-node"
 bench="$root/target/release/ursula-bench"
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=processes.sh
+source "$root/e2e/bench/processes.sh"
 
 "$root/e2e/.tools/s3/bin/moto_server" -H 127.0.0.1 -p 4799 >"$work/s3.log" 2>&1 &
 pids+=($!)

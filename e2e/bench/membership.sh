@@ -30,14 +30,8 @@ done
 cargo build --release --locked -p ursula-node -p ursula-bench
 node="${node:-$root/target/release/ursula-node}"
 bench="$root/target/release/ursula-bench"
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=processes.sh
+source "$root/e2e/bench/processes.sh"
 "$node" issue-certs --dir "$work/tls" --nodes 1,2,3,4,5 >/dev/null
 results="$work/results.jsonl"
 

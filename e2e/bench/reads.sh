@@ -24,14 +24,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -x "$a" ] && [ -x "$b" ] || { echo "--a and --b name ursula-node binaries" >&2; exit 2; }
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=processes.sh
+source "$root/e2e/bench/processes.sh"
 results="$work/results.jsonl"
 
 # run_round LABEL BIN BASE: a fresh 3-voter cluster (client ports BASE+10/20/30), one catch-up.

@@ -22,14 +22,8 @@ done
 
 cargo build --release --locked -p ursula-node -p ursula-gateway -p ursula-bench
 bin="$root/target/release"
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=processes.sh
+source "$root/e2e/bench/processes.sh"
 
 "$bin/ursula-node" issue-certs --dir "$work/tls" --nodes 1 --names 127.0.0.1 >/dev/null
 "$bin/ursula-node" --data-dir "$work/node" --listen 127.0.0.1:4937 --admin-listen 127.0.0.1:4938 \
