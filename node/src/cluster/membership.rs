@@ -199,6 +199,8 @@ pub async fn follow(
 ) {
     let mut metrics = raft.metrics();
     let mut seen = None;
+    // Marks are only ever cleared while the node runs: once clear, only addresses are left.
+    let mut marked = rejoining.contains(group);
     loop {
         let readmitted = {
             let now = metrics.borrow_and_update();
@@ -209,8 +211,8 @@ pub async fn follow(
             }
             let applied = now.last_applied.map_or(0, |id| id.index);
             let committed = membership.log_id().is_none_or(|id| id.index <= applied);
-            committed
-                && rejoining.contains(group)
+            marked
+                && committed
                 && match rejoining.readmitted(group, now.id, &membership) {
                     Ok(readmitted) => readmitted,
                     Err(error) => {
@@ -220,6 +222,7 @@ pub async fn follow(
                 }
         };
         if readmitted {
+            marked = false;
             raft.runtime_config()
                 .elect(campaigns.load(Ordering::Relaxed));
         }

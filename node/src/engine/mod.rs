@@ -106,8 +106,10 @@ pub struct Engine {
     max_uncommitted: u64,
     /// Set while the node drains: it takes no writes and lets its groups' leadership go.
     draining: std::sync::atomic::AtomicBool,
-    /// Until when this group's leadership is being handed off (`yield_leadership`).
-    yielding_until: parking_lot::Mutex<Option<std::time::Instant>>,
+    /// Until when this group's leadership is being handed off (`yield_leadership`), in
+    /// milliseconds since `started`; read on every write, so an atomic, not a lock.
+    yielding_until_ms: AtomicU64,
+    started: std::time::Instant,
     /// Reads wait here for a quorum's word that this node leads (`read_barrier`).
     reads: read_barrier::ReadBarrier,
     store: Arc<Store>,
@@ -253,7 +255,8 @@ impl Engine {
             uncommitted: Default::default(),
             max_uncommitted: settings.max_uncommitted,
             draining: Default::default(),
-            yielding_until: Default::default(),
+            yielding_until_ms: AtomicU64::new(0),
+            started: std::time::Instant::now(),
             reads: Default::default(),
             store,
             registry,
@@ -370,15 +373,17 @@ impl Engine {
     pub fn is_draining(&self) -> bool {
         self.draining.load(std::sync::atomic::Ordering::Acquire)
             || self
-                .yielding_until
-                .lock()
-                .is_some_and(|until| std::time::Instant::now() < until)
+                .yielding_until_ms
+                .load(std::sync::atomic::Ordering::Acquire)
+                > self.started.elapsed().as_millis() as u64
     }
 
     /// Hands this group's leadership off: a drain of this group alone, which ends by itself
     /// after `window` (by then a voter that asked for it has campaigned, and won).
     pub fn yield_leadership(self: &Arc<Self>, window: Duration) {
-        *self.yielding_until.lock() = Some(std::time::Instant::now() + window);
+        let until = (self.started.elapsed() + window).as_millis() as u64;
+        self.yielding_until_ms
+            .store(until, std::sync::atomic::Ordering::Release);
         if let Proposer::Replicated(replication) = &self.proposer {
             replication.allow_campaigns(false);
         }
