@@ -39,6 +39,24 @@ impl ErrorBody {
     }
 }
 
+/// The body of an error on the protocol's reserved `__ds` APIs, in the shape their clients
+/// read: `{"error": {"code": "FENCED", "message": "...", ...details}}`.
+pub fn protocol_error_json(
+    token: ErrorToken,
+    message: &str,
+    details: &[(&'static str, String)],
+) -> Vec<u8> {
+    let mut error = serde_json::Map::new();
+    error.insert("code".into(), token.protocol_code().into());
+    error.insert("message".into(), message.into());
+    for (name, value) in details {
+        error.insert((*name).into(), value.clone().into());
+    }
+    serde_json::json!({ "error": error })
+        .to_string()
+        .into_bytes()
+}
+
 /// Whether a GET with this query string is a live read (`live=long-poll` or `live=sse`), which
 /// waits for data by design: request deadlines and latency figures leave those out.
 pub fn is_live_read(query: Option<&str>) -> bool {
@@ -62,6 +80,23 @@ mod tests {
         let value: serde_json::Value = serde_json::from_slice(&body.to_json()).unwrap();
         assert_eq!(value["error"], "StreamNotFound");
         assert_eq!(value["message"], "stream demo/x does not exist");
+    }
+
+    #[test]
+    fn protocol_errors_nest_a_code() {
+        let body = protocol_error_json(
+            ErrorToken::AlreadyClaimed,
+            "claimed",
+            &[("current_holder", "worker-1".into())],
+        );
+        let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(value["error"]["code"], "ALREADY_CLAIMED");
+        assert_eq!(value["error"]["current_holder"], "worker-1");
+        assert_eq!(
+            ErrorToken::WebhookUrlRejected.protocol_code(),
+            "WEBHOOK_URL_REJECTED"
+        );
+        assert_eq!(ErrorToken::Fenced.protocol_code(), "FENCED");
     }
 
     #[test]

@@ -12,12 +12,18 @@ pub enum ErrorToken {
     MissingContentType,
     InvalidProducer,
     InvalidForkRequest,
+    /// A subscription body the protocol does not allow (type, pattern, lease, wake stream).
+    InvalidSubscription,
+    /// A webhook URL that could reach something private (server-side request forgery), or
+    /// not https outside loopback.
+    WebhookUrlRejected,
     // 404
     NotFound,
     BucketNotFound,
     StreamNotFound,
     SnapshotNotFound,
     ForkSourceNotFound,
+    SubscriptionNotFound,
     // 405
     MethodNotAllowed,
     // 401, 402, 403
@@ -36,6 +42,11 @@ pub enum ErrorToken {
     /// An admin membership change that cannot be made as asked (e.g. promoting a node that
     /// is not a learner); nothing changed.
     MembershipConflict,
+    SubscriptionConflict,
+    /// A wake acknowledged, released or issued again since: its ID or generation is stale.
+    Fenced,
+    /// A pull-wake claim while another worker's lease runs.
+    AlreadyClaimed,
     // 410
     StreamDeleted,
     OffsetNotRetained,
@@ -74,6 +85,12 @@ impl ErrorToken {
             Self::MissingContentType => "MissingContentType",
             Self::InvalidProducer => "InvalidProducer",
             Self::InvalidForkRequest => "InvalidForkRequest",
+            Self::InvalidSubscription => "InvalidSubscription",
+            Self::WebhookUrlRejected => "WebhookUrlRejected",
+            Self::SubscriptionNotFound => "SubscriptionNotFound",
+            Self::SubscriptionConflict => "SubscriptionConflict",
+            Self::Fenced => "Fenced",
+            Self::AlreadyClaimed => "AlreadyClaimed",
             Self::NotFound => "NotFound",
             Self::BucketNotFound => "BucketNotFound",
             Self::StreamNotFound => "StreamNotFound",
@@ -124,12 +141,15 @@ impl ErrorToken {
             | Self::EmptyBody
             | Self::MissingContentType
             | Self::InvalidProducer
-            | Self::InvalidForkRequest => 400,
+            | Self::InvalidForkRequest
+            | Self::InvalidSubscription
+            | Self::WebhookUrlRejected => 400,
             Self::NotFound
             | Self::BucketNotFound
             | Self::StreamNotFound
             | Self::SnapshotNotFound
-            | Self::ForkSourceNotFound => 404,
+            | Self::ForkSourceNotFound
+            | Self::SubscriptionNotFound => 404,
             Self::MethodNotAllowed => 405,
             Self::Unauthenticated => 401,
             Self::QuotaExhausted => 402,
@@ -141,7 +161,10 @@ impl ErrorToken {
             | Self::ProducerSeqGap
             | Self::ForkSourceDeleted
             | Self::SnapshotConflict
-            | Self::MembershipConflict => 409,
+            | Self::MembershipConflict
+            | Self::SubscriptionConflict
+            | Self::Fenced
+            | Self::AlreadyClaimed => 409,
             Self::StreamDeleted | Self::OffsetNotRetained => 410,
             Self::RequestBodyTooLarge => 413,
             Self::TooManyProducers | Self::RateLimited => 429,
@@ -158,6 +181,20 @@ impl ErrorToken {
             | Self::UpstreamUnavailable
             | Self::RequestTimeout => 503,
         }
+    }
+}
+
+impl ErrorToken {
+    /// The token as the protocol's reserved `__ds` APIs spell codes: `WEBHOOK_URL_REJECTED`.
+    pub fn protocol_code(self) -> String {
+        let mut code = String::new();
+        for (i, c) in self.as_str().chars().enumerate() {
+            if c.is_ascii_uppercase() && i > 0 {
+                code.push('_');
+            }
+            code.push(c.to_ascii_uppercase());
+        }
+        code
     }
 }
 

@@ -208,8 +208,7 @@ impl RaftStateMachine<TypeConfig> for GroupStateMachine {
         let index = meta.last_log_id.map_or(0, |id| id.index);
         self.registry
             .set_stored(index.max(self.registry.stored_seq()), &[]);
-        self.registry
-            .reset(machine.buckets(), machine.streams().map(|s| &s.meta), cold);
+        self.registry.reset(&machine, cold);
         self.machine = machine;
         self.position = position;
         *self.current.lock() = Some((meta.clone(), bytes));

@@ -169,11 +169,7 @@ fn published(
     stored: u64,
 ) -> Result<Arc<Registry>, EngineError> {
     let registry = Arc::new(Registry::new(tail_cache_bytes, stored));
-    registry.reset(
-        machine.buckets(),
-        machine.streams().map(|s| &s.meta),
-        store.cold_segments()?,
-    );
+    registry.reset(machine, store.cold_segments()?);
     Ok(registry)
 }
 

@@ -14,7 +14,7 @@ use parking_lot::{Mutex, RwLock};
 use tokio::sync::watch;
 use ursula_wire::cursor::Cursor;
 
-use crate::machine::{BucketState, Effect, StreamMeta, StreamPath};
+use crate::machine::{BucketState, Effect, Machine, StreamMeta, StreamPath, Subscription};
 use crate::storage::{ColdSegment, Record};
 
 /// Records a stream keeps in memory beyond what must stay pinned.
@@ -277,6 +277,8 @@ struct Maps {
     by_path: HashMap<StreamPath, Arc<StreamHandle>>,
     by_id: HashMap<u64, Arc<StreamHandle>>,
     buckets: HashMap<String, BucketState>,
+    /// By bucket, then ID.
+    subscriptions: BTreeMap<(String, String), Arc<Subscription>>,
 }
 
 pub struct Registry {
@@ -288,6 +290,8 @@ pub struct Registry {
     applier: parking_lot::Mutex<Option<std::thread::Thread>>,
     /// A reader waits for redb: the applier should commit without finishing its interval.
     hurry: std::sync::atomic::AtomicBool,
+    /// Bumped whenever a subscription changes; the leader's deliverer waits on it.
+    subscriptions_changed: watch::Sender<u64>,
 }
 
 impl Registry {
@@ -298,7 +302,29 @@ impl Registry {
             stored: watch::channel(stored_seq).0,
             applier: parking_lot::Mutex::new(None),
             hurry: std::sync::atomic::AtomicBool::new(false),
+            subscriptions_changed: watch::channel(0).0,
         }
+    }
+
+    pub fn subscription(&self, bucket: &str, id: &str) -> Option<Arc<Subscription>> {
+        let key = (bucket.to_owned(), id.to_owned());
+        self.maps.read().subscriptions.get(&key).cloned()
+    }
+
+    pub fn subscriptions(&self) -> Vec<Arc<Subscription>> {
+        self.maps.read().subscriptions.values().cloned().collect()
+    }
+
+    /// Changes whenever a subscription does.
+    pub fn watch_subscriptions(&self) -> watch::Receiver<u64> {
+        self.subscriptions_changed.subscribe()
+    }
+
+    /// The tail of the live stream at `path`, as readers see it.
+    pub fn tail_of(&self, path: &StreamPath) -> Option<u64> {
+        let handle = self.stream(path)?;
+        let meta = handle.meta();
+        (!meta.soft_deleted).then_some(meta.tail)
     }
 
     /// Called on the applier's thread as it starts, so that `wait_stored` can wake it.
@@ -360,12 +386,7 @@ impl Registry {
     }
 
     /// Replaces everything (start-up); redb holds all of it.
-    pub fn reset<'a>(
-        &self,
-        buckets: impl Iterator<Item = (&'a String, &'a BucketState)>,
-        streams: impl Iterator<Item = &'a StreamMeta>,
-        mut cold: HashMap<u64, Vec<ColdSegment>>,
-    ) {
+    pub fn reset(&self, machine: &Machine, mut cold: HashMap<u64, Vec<ColdSegment>>) {
         let mut maps = self.maps.write();
         for handle in maps.by_id.values() {
             handle.removed.store(true, Ordering::Release);
@@ -373,9 +394,16 @@ impl Registry {
             handle.notify();
         }
         *maps = Maps::default();
-        maps.buckets = buckets.map(|(k, v)| (k.clone(), v.clone())).collect();
+        maps.buckets = machine
+            .buckets()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        maps.subscriptions = machine
+            .subscriptions()
+            .map(|sub| ((sub.bucket.clone(), sub.id.clone()), Arc::new(sub.clone())))
+            .collect();
         let seq = self.stored_seq();
-        for meta in streams {
+        for meta in machine.streams().map(|s| &s.meta) {
             let handle = Arc::new(StreamHandle::new(Arc::new(meta.clone()), seq));
             *handle.cold.write() = cold
                 .remove(&meta.id)
@@ -388,6 +416,8 @@ impl Registry {
             }
             maps.by_id.insert(meta.id, handle);
         }
+        drop(maps);
+        self.subscriptions_changed.send_modify(|v| *v += 1);
     }
 
     /// What a stream gains before its new metadata is published: a record for the tail cache,
@@ -435,6 +465,7 @@ impl Registry {
     /// streams it changed.
     pub fn publish(&self, effects: &[Effect], seq: u64) {
         let mut changed: Vec<Arc<StreamHandle>> = Vec::new();
+        let mut subscriptions_changed = false;
         {
             let mut maps = self.maps.write();
             // Records and cold segments before metadata: a reader holds a stream's handle
@@ -485,6 +516,15 @@ impl Registry {
                     Effect::PutBucket { bucket, state } => {
                         maps.buckets.insert(bucket.clone(), state.clone());
                     }
+                    Effect::PutSubscription(sub) => {
+                        let key = (sub.bucket.clone(), sub.id.clone());
+                        maps.subscriptions.insert(key, sub.clone());
+                        subscriptions_changed = true;
+                    }
+                    Effect::DeleteSubscription { bucket, id } => {
+                        maps.subscriptions.remove(&(bucket.clone(), id.clone()));
+                        subscriptions_changed = true;
+                    }
                     Effect::DeleteRecordsBelow { stream_id, offset } => {
                         if let Some(handle) = maps.by_id.get(stream_id) {
                             handle
@@ -506,6 +546,9 @@ impl Registry {
                     self.add_data(handle, effect, seq);
                 }
             }
+        }
+        if subscriptions_changed {
+            self.subscriptions_changed.send_modify(|v| *v += 1);
         }
         changed.sort_by_key(|h| h.id);
         changed.dedup_by_key(|h| h.id);

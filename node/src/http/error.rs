@@ -22,6 +22,9 @@ pub struct ApiError {
     /// A `NotLeader` refusal: the leader this node knows of, if any; a `GroupNotHosted` one: a
     /// voter of the group. `http::layers` turns it into a redirect.
     pub leader: Option<u64>,
+    /// Answered on the protocol's `__ds` APIs: the body is theirs (`protocol_error_json`),
+    /// with these fields beside the code.
+    pub protocol: Option<Vec<(&'static str, String)>>,
 }
 
 impl ApiError {
@@ -36,7 +39,22 @@ impl ApiError {
             stage: Stage::Unknown,
             write: None,
             leader: None,
+            protocol: None,
         }
+    }
+
+    /// The refusal as the `__ds` APIs answer it.
+    pub fn in_protocol_shape(mut self) -> Self {
+        self.protocol.get_or_insert_with(Vec::new);
+        self
+    }
+
+    /// A field of the `__ds` error body beside its code.
+    pub fn with_detail(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.protocol
+            .get_or_insert_with(Vec::new)
+            .push((name, value.into()));
+        self
     }
 
     /// This node does not lead the group the request is for.
@@ -87,7 +105,10 @@ impl ApiError {
     pub fn into_response(self) -> Response<Body> {
         let status =
             StatusCode::from_u16(self.token.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let body = ErrorBody::new(self.token, self.message).to_json();
+        let body = match &self.protocol {
+            Some(details) => ursula_wire::protocol_error_json(self.token, &self.message, details),
+            None => ErrorBody::new(self.token, self.message).to_json(),
+        };
         let mut response = Response::new(full(body));
         *response.status_mut() = status;
         let map = response.headers_mut();
@@ -159,6 +180,12 @@ impl From<Refusal> for ApiError {
             Refusal::OffsetNotRetained { .. } => ErrorToken::OffsetNotRetained,
             Refusal::InvalidFork(_) => ErrorToken::InvalidForkRequest,
             Refusal::SnapshotConflict { .. } => ErrorToken::SnapshotConflict,
+            Refusal::SubscriptionNotFound(_) => ErrorToken::SubscriptionNotFound,
+            Refusal::SubscriptionConflict(_) => ErrorToken::SubscriptionConflict,
+            Refusal::InvalidSubscription(_) => ErrorToken::InvalidSubscription,
+            Refusal::InvalidAck(_) => ErrorToken::InvalidOffset,
+            Refusal::WakeFenced { .. } => ErrorToken::Fenced,
+            Refusal::AlreadyClaimed { .. } => ErrorToken::AlreadyClaimed,
         };
         let error = Self::new(token, message).at(Stage::Proposed);
         match refusal {
@@ -175,6 +202,7 @@ impl From<Refusal> for ApiError {
                 headers::STREAM_RETAINED_OFFSET,
                 offset::format(retained_from),
             ),
+            Refusal::AlreadyClaimed { holder } => error.with_detail("current_holder", holder),
             _ => error,
         }
     }

@@ -2,7 +2,9 @@
 
 use super::producer::{self, ProducerCheck};
 use super::stream::same_media_type;
-use super::{AppendOutcome, AppendStream, Effect, Machine, Outcome, ProducerAck, Refusal};
+use super::{
+    AppendOutcome, AppendStream, Effect, Machine, Outcome, ProducerAck, Refusal, StreamPath,
+};
 
 impl Machine {
     /// Checks run in this order: producer duplicate and fencing, closed, producer sequence,
@@ -112,6 +114,7 @@ impl Machine {
             return Err(Refusal::StreamNotFound(cmd.path.to_string()));
         };
         let meta = &mut state.meta;
+        let tail_before = meta.tail;
         let mut effects = Vec::with_capacity(4);
         let mut staged = None;
         if let Some(payload) = cmd.payload {
@@ -159,6 +162,7 @@ impl Machine {
             producer: ack,
             duplicate: false,
         };
+        let appended = meta.tail > tail_before;
         let wrote_record = !effects.is_empty() && matches!(effects[0], Effect::PutRecord { .. });
         self.effects.extend(effects);
         if let Some((offset, body)) = staged {
@@ -170,6 +174,33 @@ impl Machine {
         } else {
             self.emit_meta(id);
         }
+        if appended {
+            self.subscriptions_see_data(&cmd.path, cmd.now_ms);
+        }
         Ok(Outcome::Appended(outcome))
+    }
+
+    /// Appends one JSON message the machine wrote itself (a subscription's wake event) to a
+    /// live, open JSON stream; anything else is left alone. It wakes no subscription, so that
+    /// wake streams cannot wake each other.
+    pub(super) fn append_event(&mut self, path: &StreamPath, message: Vec<u8>) {
+        let Some(&id) = self.by_path.get(path) else {
+            return;
+        };
+        let Some(state) = self.streams.get_mut(&id) else {
+            return;
+        };
+        let meta = &mut state.meta;
+        if meta.soft_deleted || meta.closed || !meta.is_json() || message.is_empty() {
+            return;
+        }
+        let offset = meta.tail;
+        meta.tail += message.len() as u64;
+        self.emit(Effect::PutRecord {
+            stream_id: id,
+            offset,
+            bytes: message.into(),
+        });
+        self.defer_meta(id);
     }
 }

@@ -5,6 +5,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::stream::{ExpiresAt, StreamPath};
+use super::subscription::SubscriptionCommand;
 
 /// Bytes to append, already validated and framed for the stream's mode.
 ///
@@ -168,6 +169,8 @@ pub enum Command {
     },
     /// The records of a stream from `first` to `until` are in the cold object `key`.
     ColdFlush(ColdFlush),
+    /// A change of a subscription (`__ds/subscriptions/{id}`) and its wakes.
+    Subscription(SubscriptionCommand),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -130,6 +130,7 @@ impl Machine {
         for (offset, body) in staged {
             self.add_staged(id, offset, body.len, &body.key);
         }
+        self.subscriptions_see_create(&cmd.path, cmd.now_ms);
         Ok(Outcome::StreamCreated {
             created: true,
             meta: Box::new(self.streams[&id].meta.clone()),

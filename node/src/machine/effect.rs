@@ -6,6 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::stream::{ProducerState, StreamMeta, StreamPath};
+use super::subscription::Subscription;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BucketState {
@@ -68,5 +69,11 @@ pub enum Effect {
     DeleteSnapshot {
         stream_id: u64,
         offset: u64,
+    },
+    /// Shared, like `PutStream`: the read model publishes what storage writes.
+    PutSubscription(Arc<Subscription>),
+    DeleteSubscription {
+        bucket: String,
+        id: String,
     },
 }

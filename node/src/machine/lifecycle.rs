@@ -63,6 +63,11 @@ impl Machine {
         let Some(state) = self.streams.get_mut(&id) else {
             return;
         };
+        let path = state.meta.path.clone();
+        self.subscriptions_see_removal(&path);
+        let Some(state) = self.streams.get_mut(&id) else {
+            return;
+        };
         if state.meta.fork_children > 0 {
             state.meta.soft_deleted = true;
             self.expiring.remove(&id);
@@ -189,6 +194,7 @@ impl Machine {
         for id in doomed {
             self.retire(id);
         }
+        self.purge_subscriptions(&bucket);
         if self.buckets.get(&bucket) != Some(&BucketState::Fenced) {
             self.buckets.insert(bucket.clone(), BucketState::Fenced);
             self.emit(Effect::PutBucket {

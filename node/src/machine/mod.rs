@@ -13,6 +13,7 @@ mod lifecycle;
 pub mod outcome;
 pub mod producer;
 pub mod stream;
+pub mod subscription;
 
 #[cfg(test)]
 mod tests;
@@ -26,6 +27,9 @@ pub use command::{
 pub use effect::{BucketState, Effect};
 pub use outcome::{AppendOutcome, Outcome, ProducerAck, Refusal};
 pub use stream::{ExpiresAt, ForkOrigin, ProducerState, StreamMeta, StreamPath};
+pub use subscription::{
+    Subscription, SubscriptionAction, SubscriptionCommand, SubscriptionOutcome, SubscriptionSpec,
+};
 
 /// Limits that shape decisions; every replica must run with the same values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +72,8 @@ pub struct Machine {
     by_path: HashMap<StreamPath, u64>,
     /// Streams with a TTL or an expiry time, for the periodic sweep.
     expiring: BTreeSet<u64>,
+    /// By bucket, then ID.
+    subscriptions: BTreeMap<(String, String), Subscription>,
     effects: Vec<Effect>,
     /// Streams whose metadata changed by a data append in the current batch and is written
     /// once at its end (`finish_batch`): most of a batch's appends hit a few streams, and a
@@ -84,6 +90,7 @@ impl Machine {
             streams: HashMap::new(),
             by_path: HashMap::new(),
             expiring: BTreeSet::new(),
+            subscriptions: BTreeMap::new(),
             effects: Vec::new(),
             deferred_meta: Vec::new(),
         }
@@ -95,12 +102,16 @@ impl Machine {
         next_stream_id: u64,
         buckets: impl IntoIterator<Item = (String, BucketState)>,
         streams: impl IntoIterator<Item = StreamState>,
+        subscriptions: impl IntoIterator<Item = Subscription>,
     ) -> Self {
         let mut machine = Self::new(limits);
         machine.next_stream_id = next_stream_id.max(1);
         machine.buckets = buckets.into_iter().collect();
         for state in streams {
             machine.insert_stream(state);
+        }
+        for subscription in subscriptions {
+            machine.insert_subscription(subscription);
         }
         machine
     }
@@ -136,6 +147,7 @@ impl Machine {
             } => self.advance_retention(&path, offset, now_ms),
             Command::PurgeBucket { bucket } => Ok(self.purge_bucket(bucket)),
             Command::ColdFlush(flush) => Ok(self.cold_flush(flush)),
+            Command::Subscription(command) => self.subscription_command(command),
         };
         // `append` moves the effects and keeps this buffer's capacity for the next command.
         effects.append(&mut self.effects);

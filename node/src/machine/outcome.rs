@@ -1,6 +1,7 @@
 //! What applying a command answered.
 
 use super::stream::StreamMeta;
+use super::subscription::SubscriptionOutcome;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProducerAck {
@@ -47,6 +48,7 @@ pub enum Outcome {
     ColdFlushed {
         accepted: bool,
     },
+    Subscription(SubscriptionOutcome),
 }
 
 /// Why the machine refused a command. A refusal changes nothing.
@@ -88,4 +90,22 @@ pub enum Refusal {
     InvalidFork(String),
     #[error("a different snapshot was already published at offset {offset}")]
     SnapshotConflict { offset: u64 },
+    #[error("subscription {0} does not exist")]
+    SubscriptionNotFound(String),
+    #[error("subscription {0} already exists with a different configuration")]
+    SubscriptionConflict(String),
+    #[error("{0}")]
+    InvalidSubscription(String),
+    #[error("{0}")]
+    InvalidAck(String),
+    #[error(
+        "the wake is not subscription {subscription}'s open one (its generation is {generation}): \
+         it was acknowledged, released or issued again"
+    )]
+    WakeFenced {
+        subscription: String,
+        generation: u64,
+    },
+    #[error("the subscription's wake is claimed by {holder}")]
+    AlreadyClaimed { holder: String },
 }

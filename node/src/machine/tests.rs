@@ -491,6 +491,7 @@ struct StoreModel {
     records: BTreeMap<(u64, u64), Bytes>,
     /// Cold segments: (stream, from) to until.
     cold: BTreeMap<(u64, u64), u64>,
+    subscriptions: BTreeMap<(String, String), Subscription>,
 }
 
 impl StoreModel {
@@ -551,6 +552,13 @@ impl StoreModel {
                     self.producers.remove(&(stream_id, producer_id));
                 }
                 Effect::PutSnapshot { .. } | Effect::DeleteSnapshot { .. } => {}
+                Effect::PutSubscription(sub) => {
+                    let key = (sub.bucket.clone(), sub.id.clone());
+                    self.subscriptions.insert(key, (*sub).clone());
+                }
+                Effect::DeleteSubscription { bucket, id } => {
+                    self.subscriptions.remove(&(bucket, id));
+                }
             }
         }
     }
@@ -584,6 +592,7 @@ impl StoreModel {
             self.next_id,
             self.buckets.clone(),
             streams.into_values(),
+            self.subscriptions.values().cloned(),
         )
     }
 }
@@ -685,7 +694,77 @@ fn arb_command() -> impl Strategy<Value = Command> {
                 key: format!("g0/s{stream_id}/{first}"),
             }
         )),
+        arb_subscription_command(),
     ]
+}
+
+/// Subscription changes over the same streams. Every subscription is created at `T0`, so that
+/// wake IDs (`{created_ms:x}-{generation}`) can be named and some acknowledgements land.
+fn arb_subscription_command() -> BoxedStrategy<Command> {
+    use subscription::{Delivery, WakeRef};
+    let id = prop::sample::select(vec!["s1", "s2"]);
+    let name = prop::sample::select(vec!["a", "b", "c"]);
+    let wake = (1u64..4).prop_map(|generation| WakeRef {
+        wake_id: format!("{T0:x}-{generation}"),
+        generation,
+    });
+    let put = (
+        any::<bool>(),
+        prop::option::of(prop::sample::select(vec!["a", "*", "**", "b*"])),
+        prop::collection::btree_set(name.clone(), 0..2),
+    )
+        .prop_map(|(webhook, pattern, streams)| SubscriptionAction::Put {
+            spec: SubscriptionSpec {
+                delivery: if webhook {
+                    Delivery::Webhook {
+                        url: "https://hooks.example/x".into(),
+                    }
+                } else {
+                    Delivery::PullWake {
+                        wake_stream: "c".into(),
+                    }
+                },
+                pattern: pattern.map(str::to_owned),
+                streams: streams.into_iter().map(str::to_owned).collect(),
+                lease_ttl_ms: 1_000,
+                description: None,
+            },
+            root: "http://node/v1/stream".into(),
+        });
+    let action = prop_oneof![
+        put,
+        Just(SubscriptionAction::Delete),
+        name.clone().prop_map(|n| SubscriptionAction::Link {
+            streams: vec![n.into()]
+        }),
+        name.clone()
+            .prop_map(|n| SubscriptionAction::Unlink { stream: n.into() }),
+        (wake.clone(), name, 0u64..12, any::<bool>()).prop_map(|(wake, n, offset, done)| {
+            SubscriptionAction::Ack {
+                wake,
+                acks: vec![(n.into(), offset)],
+                done,
+            }
+        }),
+        prop::sample::select(vec!["w1", "w2"])
+            .prop_map(|w| SubscriptionAction::Claim { worker: w.into() }),
+        wake.prop_map(|wake| SubscriptionAction::Release { wake }),
+        (1u64..4).prop_map(|generation| SubscriptionAction::Reissue { generation }),
+    ];
+    (id, action, 0u64..40_000)
+        .prop_map(|(id, action, dt)| {
+            let now_ms = match action {
+                SubscriptionAction::Put { .. } => T0,
+                _ => T0 + dt,
+            };
+            Command::Subscription(SubscriptionCommand {
+                bucket: "demo".into(),
+                id: id.into(),
+                now_ms,
+                action,
+            })
+        })
+        .boxed()
 }
 
 proptest! {

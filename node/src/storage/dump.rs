@@ -5,7 +5,8 @@ use redb::{ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    BUCKETS, COLD, META, PRODUCERS, RAFT, RECORDS, SNAPSHOTS, STREAMS, StorageError, Store,
+    BUCKETS, COLD, META, PRODUCERS, RAFT, RECORDS, SNAPSHOTS, STREAMS, SUBSCRIPTIONS, StorageError,
+    Store,
 };
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -18,6 +19,7 @@ pub struct GroupDump {
     snapshots: Vec<((u64, u64), Vec<u8>)>,
     raft: Vec<(String, Vec<u8>)>,
     cold: Vec<((u64, u64), Vec<u8>)>,
+    subscriptions: Vec<((String, String), Vec<u8>)>,
 }
 
 fn corrupt(e: impl std::fmt::Display) -> StorageError {
@@ -78,6 +80,12 @@ impl Store {
             let (key, value) = row?;
             dump.cold.push((key.value(), value.value().to_vec()));
         }
+        for row in txn.open_table(SUBSCRIPTIONS)?.iter()? {
+            let (key, value) = row?;
+            let (bucket, id) = key.value();
+            dump.subscriptions
+                .push(((bucket.to_owned(), id.to_owned()), value.value().to_vec()));
+        }
         Ok(dump)
     }
 
@@ -93,6 +101,7 @@ impl Store {
             clear(&txn, SNAPSHOTS)?;
             clear(&txn, RAFT)?;
             clear(&txn, COLD)?;
+            clear(&txn, SUBSCRIPTIONS)?;
             let mut meta = txn.open_table(META)?;
             for (key, value) in &dump.meta {
                 meta.insert(key.as_str(), *value)?;
@@ -120,6 +129,10 @@ impl Store {
             let mut cold = txn.open_table(COLD)?;
             for (key, value) in &dump.cold {
                 cold.insert(*key, value.as_slice())?;
+            }
+            let mut subscriptions = txn.open_table(SUBSCRIPTIONS)?;
+            for ((bucket, id), value) in &dump.subscriptions {
+                subscriptions.insert((bucket.as_str(), id.as_str()), value.as_slice())?;
             }
             let mut table = txn.open_table(RAFT)?;
             table.insert(super::RAFT_APPLIED, raft)?;

@@ -27,6 +27,8 @@ const RECORDS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("record
 const SNAPSHOTS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("snapshots");
 /// Cold segments: `(stream, from)` to the end offset, the object's first offset and its name.
 const COLD: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("cold");
+/// Subscriptions by `(bucket, ID)`, each as one postcard value.
+const SUBSCRIPTIONS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("subscriptions");
 /// On a replicated node: the Raft log position and membership the state includes.
 const RAFT: TableDefinition<&str, &[u8]> = TableDefinition::new("raft");
 const RAFT_APPLIED: &str = "applied";
@@ -108,6 +110,7 @@ impl Store {
         txn.open_table(SNAPSHOTS)?;
         txn.open_table(COLD)?;
         txn.open_table(RAFT)?;
+        txn.open_table(SUBSCRIPTIONS)?;
         txn.commit()?;
         Ok(Self { db })
     }
@@ -153,7 +156,21 @@ impl Store {
                 state.cold.insert(from, until);
             }
         }
-        let machine = Machine::restore(limits, next_id, buckets, streams.into_values());
+        let mut subscriptions = Vec::new();
+        for entry in txn.open_table(SUBSCRIPTIONS)?.iter()? {
+            let (_, value) = entry?;
+            subscriptions.push(
+                postcard::from_bytes(value.value())
+                    .map_err(|e| StorageError::Corrupt(format!("a subscription: {e}")))?,
+            );
+        }
+        let machine = Machine::restore(
+            limits,
+            next_id,
+            buckets,
+            streams.into_values(),
+            subscriptions,
+        );
         Ok((machine, applied_seq))
     }
 
@@ -198,6 +215,7 @@ impl Store {
             let mut records = txn.open_table(RECORDS)?;
             let mut snapshots = txn.open_table(SNAPSHOTS)?;
             let mut cold = txn.open_table(COLD)?;
+            let mut subscriptions = txn.open_table(SUBSCRIPTIONS)?;
             meta.insert(APPLIED_SEQ, applied_seq)?;
             if let Some(raft) = raft {
                 txn.open_table(RAFT)?.insert(RAFT_APPLIED, raft)?;
@@ -286,6 +304,15 @@ impl Store {
                     }
                     Effect::DeleteSnapshot { stream_id, offset } => {
                         snapshots.remove((*stream_id, *offset))?;
+                    }
+                    Effect::PutSubscription(sub) => {
+                        let value = postcard::to_allocvec(sub.as_ref())
+                            .map_err(|e| StorageError::Corrupt(format!("a subscription: {e}")))?;
+                        subscriptions
+                            .insert((sub.bucket.as_str(), sub.id.as_str()), value.as_slice())?;
+                    }
+                    Effect::DeleteSubscription { bucket, id } => {
+                        subscriptions.remove((bucket.as_str(), id.as_str()))?;
                     }
                 }
             }
