@@ -12,4 +12,6 @@ globalThis.fetch = undiciFetch as unknown as typeof globalThis.fetch
 runConformanceTests({
   baseUrl: process.env.CONFORMANCE_TEST_URL ?? "http://127.0.0.1:4437",
   longPollTimeoutMs: Number(process.env.CONFORMANCE_LONG_POLL_MS ?? 500),
+  // The reserved __ds subscription APIs: 6 opt-in tests.
+  subscriptions: true,
 })

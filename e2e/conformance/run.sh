@@ -28,7 +28,7 @@ while [ $# -gt 0 ]; do
 done
 bin_dir="$(realpath "${1:-$root/target/debug}")"
 node_bin="$bin_dir/ursula-node"
-expected=332
+expected=338
 
 cd "$here"
 if [ ! -d node_modules/@durable-streams/server-conformance-tests ] || [ ! -d node_modules/undici ]; then

@@ -9,6 +9,9 @@ use serde::{Deserialize, Deserializer};
 
 use crate::machine::Limits;
 
+mod subscriptions;
+pub use subscriptions::SubscriptionsConfig;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
@@ -31,6 +34,7 @@ pub struct Config {
     pub storage: StorageConfig,
     pub raft: RaftConfig,
     pub runtime: RuntimeConfig,
+    pub subscriptions: SubscriptionsConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -84,6 +88,10 @@ pub struct ServerConfig {
     /// Lets a node with peers start without `cluster_tls`: its cluster listener then trusts
     /// whoever reaches it. Only where nothing but the voters can reach that port.
     pub allow_insecure_cluster: bool,
+    /// The URL clients reach this node or its gateway by (`https://streams.example.com`),
+    /// which subscription callback and key URLs start with. Unset: the scheme and `Host` of
+    /// the request that created the subscription.
+    pub public_url: Option<String>,
 }
 
 /// A listener's certificate (chain) and key: PEM files, watched for rotation.
@@ -356,6 +364,7 @@ impl Default for Config {
             storage: StorageConfig::default(),
             raft: RaftConfig::default(),
             runtime: RuntimeConfig::default(),
+            subscriptions: SubscriptionsConfig::default(),
         }
     }
 }
@@ -380,6 +389,7 @@ impl Default for ServerConfig {
             tls: None,
             allow_insecure_cluster: false,
             metrics_require_token: false,
+            public_url: None,
         }
     }
 }
@@ -629,6 +639,15 @@ impl Config {
                 message: "must be at least 1".into(),
             });
         }
+        if let Some(url) = &self.server.public_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            return Err(ConfigError::Invalid {
+                key: "server.public_url",
+                message: format!("{url:?} must start with http:// or https://"),
+            });
+        }
+        self.subscriptions.validate(self.is_replicated())?;
         Ok(())
     }
 

@@ -16,6 +16,7 @@ pub mod names;
 pub mod offset;
 mod shutdown;
 pub mod storage;
+pub mod subscriptions;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -39,6 +40,8 @@ pub enum StartError {
     Cluster(String),
     #[error("cannot use the cold tier (storage.cold): {0}")]
     Cold(#[from] cold::ColdError),
+    #[error("cannot serve subscriptions: {0}")]
+    Subscriptions(String),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: std::net::SocketAddr,
@@ -96,6 +99,8 @@ pub async fn start(config: Config) -> Result<Node, StartError> {
             .local_addr()
             .map_err(|source| StartError::Listen { addr, source })
     };
+    let subscriptions =
+        subscriptions::Subscriptions::open(&config).map_err(StartError::Subscriptions)?;
     let cold_store = match &config.storage.cold {
         Some(cold) => Some(Arc::new(cold::ColdStore::open(cold)?)),
         None => None,
@@ -216,6 +221,7 @@ pub async fn start(config: Config) -> Result<Node, StartError> {
         ready: Default::default(),
         drain_wait: config.raft.election_timeout * 4,
         members: transport,
+        subscriptions: subscriptions.clone(),
     });
     tokio::spawn(admin::serve(admin, admin_state.clone()));
     let admission = admission::Admission::new(&config, log_bytes);
@@ -255,12 +261,19 @@ pub async fn start(config: Config) -> Result<Node, StartError> {
         groups.clone(),
         Arc::new(config),
         admission,
+        subscriptions.clone(),
         stop_signal.clone(),
     ));
     let grace = app.config.server.shutdown_grace;
+    let stopping_signal = stop_signal.clone();
     let client_server = tokio::spawn(http::serve(client, app, client_tls, stop_signal));
     for engine in groups.all() {
         tokio::spawn(housekeeping::sweep(engine.clone()));
+        tokio::spawn(subscriptions::delivery::run(
+            subscriptions.clone(),
+            engine.clone(),
+            stopping_signal.clone(),
+        ));
     }
     admin_state.ready.store(true, Ordering::Release);
     Ok(Node {

@@ -42,6 +42,8 @@ pub struct Admin {
     /// The Raft membership, and the way to the other voters' cluster listeners for purges
     /// and membership changes forwarded to a group's leader (on a voter).
     pub members: Option<Arc<crate::cluster::membership::Members>>,
+    /// Its webhook counters are in `/metrics`.
+    pub subscriptions: Arc<crate::subscriptions::Subscriptions>,
 }
 
 /// The admin listener's routes.
@@ -174,6 +176,7 @@ async fn metrics(State(admin): State<Arc<Admin>>, headers: http::HeaderMap) -> A
     }
     let mut text = String::with_capacity(4096);
     crate::metrics::render(&admin.groups, &mut text);
+    admin.subscriptions.metrics.render(&mut text);
     Ok(Reply::new(StatusCode::OK)
         .header("content-type", "text/plain; version=0.0.4")
         .body(text)

@@ -36,7 +36,7 @@ impl Histogram {
     }
 
     /// `name` as a histogram (cumulative buckets), and `{name}_max` as a gauge.
-    fn render(&self, name: &str, help: &str, out: &mut String) {
+    pub fn render(&self, name: &str, help: &str, out: &mut String) {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
         let mut cumulative = 0;
         for (bound, count) in BUCKETS.iter().zip(&self.buckets) {

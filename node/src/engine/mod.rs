@@ -22,12 +22,14 @@ use tokio::sync::{mpsc, oneshot};
 
 pub use applier::AppliedBatch;
 pub use error::EngineError;
-pub use metrics::Metrics;
+pub use metrics::{Histogram, Metrics};
 pub use read::{ReadError, Slice};
 pub use registry::{RenderKey, Rendered, StreamHandle};
 
 use crate::config::WalConfig;
-use crate::machine::{BucketState, Command, Limits, Machine, Outcome, StreamMeta, StreamPath};
+use crate::machine::{
+    BucketState, Command, Limits, Machine, Outcome, StreamMeta, StreamPath, Subscription,
+};
 use crate::storage::Store;
 use crate::storage::wal::{Replay, Wal};
 use applier::Applier;
@@ -429,6 +431,24 @@ impl Engine {
 
     pub fn stream_by_id(&self, id: u64) -> Option<Arc<StreamHandle>> {
         self.registry.stream_by_id(id)
+    }
+
+    pub fn subscription(&self, bucket: &str, id: &str) -> Option<Arc<Subscription>> {
+        self.registry.subscription(bucket, id)
+    }
+
+    pub fn subscriptions(&self) -> Vec<Arc<Subscription>> {
+        self.registry.subscriptions()
+    }
+
+    /// Changes whenever one of the group's subscriptions does.
+    pub fn watch_subscriptions(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.registry.watch_subscriptions()
+    }
+
+    /// The tail of the live stream `name` of `bucket`, as readers see it.
+    pub fn tail_of(&self, bucket: &str, name: &str) -> Option<u64> {
+        self.registry.tail_of(&StreamPath::new(bucket, name))
     }
 
     /// A snapshot body. Bodies are read from redb, so this first waits until redb holds the

@@ -15,7 +15,7 @@ use super::error::ApiError;
 use super::marking::Write;
 use super::request;
 use super::response::Body;
-use super::route::{self, Target};
+use super::route::{self, Ds, DsResource, Target};
 use crate::admission::BodyPermit;
 use crate::machine::StreamPath;
 
@@ -36,6 +36,15 @@ impl Resource for StreamPath {
 
 /// `/{bucket}`.
 pub struct BucketId(pub String);
+
+impl Resource for Ds {
+    fn of(target: Target) -> Result<Self, Target> {
+        match target {
+            Target::Subscriptions(ds) => Ok(ds),
+            other => Err(other),
+        }
+    }
+}
 
 /// `.../bootstrap`.
 pub struct BootstrapOf(pub StreamPath);
@@ -199,6 +208,12 @@ pub fn method_not_allowed(target: &Target, method: &Method) -> ApiError {
         Target::Bootstrap(_) => "GET, OPTIONS",
         Target::Snapshot(..) => "GET, PUT, OPTIONS",
         Target::Retention(..) => "PUT, OPTIONS",
+        Target::Subscriptions(ds) => match ds.resource {
+            DsResource::Jwks => "GET, OPTIONS",
+            DsResource::Subscription(_) => "PUT, GET, DELETE, OPTIONS",
+            DsResource::Link(..) => "DELETE, OPTIONS",
+            _ => "POST, OPTIONS",
+        },
     };
     ApiError::new(
         ErrorToken::MethodNotAllowed,

@@ -48,6 +48,9 @@ pub enum Write {
     DeleteStream,
     PublishSnapshot,
     AdvanceRetention,
+    /// A change of the `__ds` subscription APIs: in neither of the spec's tables, so never
+    /// marked.
+    Subscription,
 }
 
 impl Write {

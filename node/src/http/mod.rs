@@ -36,6 +36,7 @@ pub struct App {
     pub groups: Arc<Groups>,
     pub config: Arc<Config>,
     pub admission: Arc<Admission>,
+    pub subscriptions: Arc<crate::subscriptions::Subscriptions>,
     /// Turns true when the node shuts down: live reads end.
     pub stopping: watch::Receiver<bool>,
     /// The node's counters (every group shares them); none on a node that hosts no group.
@@ -49,6 +50,7 @@ impl App {
         groups: Arc<Groups>,
         config: Arc<Config>,
         admission: Arc<Admission>,
+        subscriptions: Arc<crate::subscriptions::Subscriptions>,
         stopping: watch::Receiver<bool>,
     ) -> Self {
         let metrics = groups.all().next().map(|engine| engine.metrics.clone());
@@ -57,6 +59,7 @@ impl App {
             groups,
             config,
             admission,
+            subscriptions,
             stopping,
             links: link::Links::default(),
         }

@@ -4,6 +4,9 @@
 //! - `/{bucket}/{stream}` and its `/bootstrap`, `/snapshot/{offset}`, `/retention/{offset}`.
 //! - `/v1/stream/{name}`: the compatibility family, `{name}` in the configured compat bucket.
 //!   `v1` is not a valid bucket ID (too short), so the families cannot collide.
+//! - `{root}/__ds/...`, with `{root}` either `/v1/stream` or `/{bucket}`: the protocol's
+//!   reserved subscription APIs, for the streams of the root's bucket (`__ds` is no stream
+//!   name in either family).
 
 use http::Method;
 use ursula_wire::ErrorToken;
@@ -22,6 +25,45 @@ pub enum Target {
     Bootstrap(StreamPath),
     Snapshot(StreamPath, String),
     Retention(StreamPath, String),
+    Subscriptions(Ds),
+}
+
+/// A resource of the `__ds` APIs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ds {
+    pub bucket: String,
+    /// The family's root path the request came through: `/v1/stream` or `/{bucket}`.
+    pub root: String,
+    pub resource: DsResource,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DsResource {
+    Jwks,
+    Subscription(String),
+    /// `.../streams`: named links.
+    Streams(String),
+    /// `.../streams/{path}`: one named link.
+    Link(String, String),
+    Callback(String),
+    Claim(String),
+    Ack(String),
+    Release(String),
+}
+
+impl DsResource {
+    pub fn subscription_id(&self) -> Option<&str> {
+        match self {
+            Self::Jwks => None,
+            Self::Subscription(id)
+            | Self::Streams(id)
+            | Self::Link(id, _)
+            | Self::Callback(id)
+            | Self::Claim(id)
+            | Self::Ack(id)
+            | Self::Release(id) => Some(id),
+        }
+    }
 }
 
 impl Target {
@@ -37,6 +79,19 @@ impl Target {
             (Self::Stream(_), &Method::DELETE) => Write::DeleteStream,
             (Self::Snapshot(..), &Method::PUT) => Write::PublishSnapshot,
             (Self::Retention(..), &Method::PUT) => Write::AdvanceRetention,
+            (Self::Subscriptions(ds), method) => match (&ds.resource, method) {
+                (DsResource::Subscription(_), &Method::PUT | &Method::DELETE)
+                | (DsResource::Streams(_), &Method::POST)
+                | (DsResource::Link(..), &Method::DELETE)
+                | (
+                    DsResource::Callback(_)
+                    | DsResource::Claim(_)
+                    | DsResource::Ack(_)
+                    | DsResource::Release(_),
+                    &Method::POST,
+                ) => Write::Subscription,
+                _ => return None,
+            },
             _ => return None,
         })
     }
@@ -49,18 +104,24 @@ impl Target {
             | Self::Bootstrap(path)
             | Self::Snapshot(path, _)
             | Self::Retention(path, _) => &path.bucket,
+            Self::Subscriptions(ds) => &ds.bucket,
         }
     }
 }
 
 pub fn parse(path: &str, compat_bucket: &str) -> Result<Target, ApiError> {
     if let Some(name) = path.strip_prefix(COMPAT_PREFIX) {
+        if let Some(rest) = name.strip_prefix("__ds/") {
+            return parse_ds(
+                rest,
+                compat_bucket,
+                COMPAT_PREFIX.trim_end_matches('/'),
+                path,
+            );
+        }
         let name = decode_name(name)?;
-        if name == "__ds" || name.starts_with("__ds/") {
-            return Err(ApiError::new(
-                ErrorToken::NotFound,
-                "the __ds subscription APIs are not offered by this server",
-            ));
+        if name == "__ds" {
+            return Err(not_found(path));
         }
         return Ok(Target::Stream(StreamPath::new(compat_bucket, name)));
     }
@@ -84,6 +145,14 @@ pub fn parse(path: &str, compat_bucket: &str) -> Result<Target, ApiError> {
     let stream = |b: &str, s: &str| -> Result<StreamPath, ApiError> {
         Ok(StreamPath::new(bucket(b)?, decode_name(s)?))
     };
+    if let [b, "__ds", ..] = segments.as_slice() {
+        let bucket = bucket(b)?;
+        let ds = rest
+            .strip_prefix(*b)
+            .and_then(|r| r.strip_prefix("/__ds/"))
+            .unwrap_or_default();
+        return parse_ds(ds, &bucket, &format!("/{bucket}"), path);
+    }
     match segments.as_slice() {
         [""] => Err(not_found(path)),
         [b] => Ok(Target::Bucket(bucket(b)?)),
@@ -131,6 +200,50 @@ fn decode_name(raw: &str) -> Result<String, ApiError> {
     }
 }
 
+/// `__ds/` and what follows it (`rest`, still percent-encoded) under the root of `bucket`.
+fn parse_ds(rest: &str, bucket: &str, root: &str, path: &str) -> Result<Target, ApiError> {
+    let segments: Vec<&str> = rest.split('/').collect();
+    let id = |raw: &str| -> Result<String, ApiError> {
+        match percent_decode(raw) {
+            Some(id) if is_valid_subscription_id(&id) => Ok(id),
+            _ => Err(ApiError::new(
+                ErrorToken::InvalidSubscription,
+                format!(
+                    "{raw:?} is not a subscription ID: use 1 to 128 characters of A-Z, a-z, \
+                     0-9, '.', '_', '~' and '-'"
+                ),
+            )
+            .in_protocol_shape()),
+        }
+    };
+    let resource = match segments.as_slice() {
+        ["jwks.json"] => DsResource::Jwks,
+        ["subscriptions", s] => DsResource::Subscription(id(s)?),
+        ["subscriptions", s, "streams"] => DsResource::Streams(id(s)?),
+        ["subscriptions", s, "streams", link @ ..] if !link.is_empty() => {
+            let name = decode_name(&link.join("/")).map_err(ApiError::in_protocol_shape)?;
+            DsResource::Link(id(s)?, name)
+        }
+        ["subscriptions", s, "callback"] => DsResource::Callback(id(s)?),
+        ["subscriptions", s, "claim"] => DsResource::Claim(id(s)?),
+        ["subscriptions", s, "ack"] => DsResource::Ack(id(s)?),
+        ["subscriptions", s, "release"] => DsResource::Release(id(s)?),
+        _ => return Err(not_found(path).in_protocol_shape()),
+    };
+    Ok(Target::Subscriptions(Ds {
+        bucket: bucket.to_owned(),
+        root: root.to_owned(),
+        resource,
+    }))
+}
+
+pub fn is_valid_subscription_id(id: &str) -> bool {
+    (1..=128).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._~-".contains(&b))
+}
+
 fn not_found(path: &str) -> ApiError {
     ApiError::new(ErrorToken::NotFound, format!("no route for {path:?}"))
 }
@@ -141,6 +254,14 @@ mod tests {
 
     fn stream(b: &str, s: &str) -> StreamPath {
         StreamPath::new(b, s)
+    }
+
+    fn ds(bucket: &str, root: &str, resource: DsResource) -> Target {
+        Target::Subscriptions(Ds {
+            bucket: bucket.into(),
+            root: root.into(),
+            resource,
+        })
     }
 
     #[test]
@@ -169,6 +290,42 @@ mod tests {
                 "/v1/stream/a/b/c",
                 Target::Stream(stream("default", "a/b/c")),
             ),
+            (
+                "/v1/stream/__ds/jwks.json",
+                ds("default", "/v1/stream", DsResource::Jwks),
+            ),
+            (
+                "/v1/stream/__ds/subscriptions/sub-1",
+                ds(
+                    "default",
+                    "/v1/stream",
+                    DsResource::Subscription("sub-1".into()),
+                ),
+            ),
+            (
+                "/v1/stream/__ds/subscriptions/s/streams/manual%2Fb",
+                ds(
+                    "default",
+                    "/v1/stream",
+                    DsResource::Link("s".into(), "manual/b".into()),
+                ),
+            ),
+            (
+                "/v1/stream/__ds/subscriptions/s/streams/a/b",
+                ds(
+                    "default",
+                    "/v1/stream",
+                    DsResource::Link("s".into(), "a/b".into()),
+                ),
+            ),
+            (
+                "/demo/__ds/subscriptions/s/claim",
+                ds("demo", "/demo", DsResource::Claim("s".into())),
+            ),
+            (
+                "/demo/__ds/jwks.json",
+                ds("demo", "/demo", DsResource::Jwks),
+            ),
         ];
         for (path, expected) in cases {
             assert_eq!(parse(path, "default").unwrap(), expected, "{path}");
@@ -187,7 +344,17 @@ mod tests {
             ("/demo/x/unknown", ErrorToken::NotFound),
             ("/v1/stream/", ErrorToken::InvalidStreamName),
             ("/v1/stream/a//b", ErrorToken::InvalidStreamName),
-            ("/v1/stream/__ds/subscriptions/x", ErrorToken::NotFound),
+            ("/v1/stream/__ds", ErrorToken::NotFound),
+            ("/v1/stream/__ds/other", ErrorToken::NotFound),
+            (
+                "/v1/stream/__ds/subscriptions/a%20b",
+                ErrorToken::InvalidSubscription,
+            ),
+            (
+                "/v1/stream/__ds/subscriptions/x/streams/a//b",
+                ErrorToken::InvalidStreamName,
+            ),
+            ("/demo/__ds/subscriptions/x/unknown", ErrorToken::NotFound),
         ];
         for (path, token) in cases {
             assert_eq!(parse(path, "default").unwrap_err().token, token, "{path}");

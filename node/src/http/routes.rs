@@ -5,13 +5,14 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{Request, State};
-use axum::routing::{MethodRouter, get, put};
+use axum::routing::{MethodRouter, delete, get, post, put};
 use http::{Method, Response, Uri};
 
 use super::error::ApiError;
 use super::extract::{Admitted, BootstrapOf, BucketId, Led, RetentionAt, SnapshotAt, unrouted};
 use super::layers::{Answers, ClientService};
 use super::response::Body;
+use super::route::Ds;
 use super::{App, handlers, link};
 use crate::machine::StreamPath;
 
@@ -30,7 +31,33 @@ fn router(app: Arc<App>) -> Router {
             .head(head)
             .delete(delete_stream)
     };
-    Router::new()
+    let mut router = Router::new();
+    // The `__ds` APIs under both families' roots; their static segments win over the stream
+    // routes' parameters.
+    for root in ["/v1/stream", "/{bucket}"] {
+        router = router
+            .route(&format!("{root}/__ds/jwks.json"), get(jwks).head(no_route))
+            .route(
+                &format!("{root}/__ds/subscriptions/{{id}}"),
+                put(put_subscription)
+                    .get(get_subscription)
+                    .delete(delete_subscription)
+                    .head(no_route),
+            )
+            .route(
+                &format!("{root}/__ds/subscriptions/{{id}}/streams"),
+                post(link_streams),
+            )
+            .route(
+                &format!("{root}/__ds/subscriptions/{{id}}/streams/{{*path}}"),
+                delete(unlink_stream),
+            )
+            .route(
+                &format!("{root}/__ds/subscriptions/{{id}}/{{action}}"),
+                post(wake_action),
+            );
+    }
+    router
         // `/v1/stream/{name}`: the compatibility family, names in `server.compat_bucket`.
         .route("/v1/stream/{*name}", stream())
         .route("/{bucket}", put(create_bucket))
@@ -99,6 +126,59 @@ async fn advance_retention(State(app): State<Arc<App>>, write: Admitted<Retentio
     write
         .answer(async |RetentionAt(path, offset), _, _| {
             handlers::snapshot::retain(&app, path, &offset).await
+        })
+        .await
+}
+
+async fn jwks(State(app): State<Arc<App>>) -> Response<Body> {
+    handlers::subscriptions::jwks(&app)
+}
+
+async fn put_subscription(State(app): State<Arc<App>>, write: Admitted<Ds>) -> Answered {
+    write
+        .answer(async |ds, parts, body| {
+            let answer = handlers::subscriptions::put(&app, &parts, body, ds).await;
+            answer.map_err(ApiError::in_protocol_shape)
+        })
+        .await
+}
+
+async fn get_subscription(State(app): State<Arc<App>>, Led(ds): Led<Ds>) -> Answered {
+    handlers::subscriptions::get(&app, &ds).map_err(ApiError::in_protocol_shape)
+}
+
+async fn delete_subscription(State(app): State<Arc<App>>, write: Admitted<Ds>) -> Answered {
+    write
+        .answer(async |ds, _, _| {
+            let answer = handlers::subscriptions::delete(&app, ds).await;
+            answer.map_err(ApiError::in_protocol_shape)
+        })
+        .await
+}
+
+async fn link_streams(State(app): State<Arc<App>>, write: Admitted<Ds>) -> Answered {
+    write
+        .answer(async |ds, _, body| {
+            let answer = handlers::subscriptions::link(&app, body, ds).await;
+            answer.map_err(ApiError::in_protocol_shape)
+        })
+        .await
+}
+
+async fn unlink_stream(State(app): State<Arc<App>>, write: Admitted<Ds>) -> Answered {
+    write
+        .answer(async |ds, _, _| {
+            let answer = handlers::subscriptions::unlink(&app, ds).await;
+            answer.map_err(ApiError::in_protocol_shape)
+        })
+        .await
+}
+
+async fn wake_action(State(app): State<Arc<App>>, write: Admitted<Ds>) -> Answered {
+    write
+        .answer(async |ds, parts, body| {
+            let answer = handlers::subscriptions::wake_action(&app, &parts, body, ds).await;
+            answer.map_err(ApiError::in_protocol_shape)
         })
         .await
 }

@@ -8,6 +8,7 @@ pub mod create;
 pub mod meta;
 pub mod read;
 pub mod snapshot;
+pub mod subscriptions;
 
 use std::sync::Arc;
 
