@@ -59,12 +59,13 @@ serving_addr() {
 
 # CI machines may have little free disk: lower the disk-pressure thresholds.
 limits='[raft.wal]\nmin_available_size = 16777216\nresume_available_size = 33554432\n'
-if [ "$cluster" = 1 ]; then
-  # Three voters on fixed loopback ports (peers must know each other's addresses): nine
-  # (client, admin, cluster for each voter) that bind now, below the kernel's ephemeral range.
-  # A port from bind(0) is ephemeral: released for a voter, it can first become the source
-  # port of another voter's outgoing connection, and that voter then cannot start.
-  read -r -a ports <<<"$(node -e '
+# Fixed loopback ports, as many as asked, that bind now, below the kernel's ephemeral range:
+# voters must know each other's addresses, and the nodes the URL clients use (a gateway's, for
+# subscription callbacks) before it starts. A port from bind(0) is ephemeral: released for a
+# voter, it can first become the source port of another voter's outgoing connection, and that
+# voter then cannot start.
+free_ports() {
+  node -e '
     const net = require("net");
     const fs = require("fs");
     const floor = 10000;
@@ -78,15 +79,31 @@ if [ "$cluster" = 1 ]; then
     (async () => {
       const found = [];
       let port = floor + (process.pid % (ceiling - floor));
-      for (let tries = 0; found.length < 9 && tries < ceiling - floor; tries++) {
+      const wanted = Number(process.argv[1]);
+      for (let tries = 0; found.length < wanted && tries < ceiling - floor; tries++) {
         if (await free(port)) found.push(port);
         port = port + 1 < ceiling ? port + 1 : floor;
       }
-      if (found.length < 9) throw new Error("no nine free loopback ports below " + ceiling);
+      if (found.length < wanted) throw new Error("not enough free loopback ports below " + ceiling);
       console.log(found.join(" "));
     })();
-  ')"
+  ' "$1"
+}
+# Client, admin and cluster port of each of 3 voters, then the gateway's.
+read -r -a ports <<<"$(free_ports 10)"
+gateway_port="${ports[9]}"
+# Where subscription callback and key URLs point: the URL the suite is given. Through a
+# gateway, its own (it names upstreams by their own addresses); a node takes the request's
+# Host.
+public_url=""
+[ "$via_gateway" = 1 ] && public_url="http://127.0.0.1:$gateway_port"
+server_extra=""
+[ -n "$public_url" ] && server_extra="public_url = \"$public_url\"\n"
+if [ "$cluster" = 1 ]; then
   port() { echo "${ports[$((3 * ($1 - 1) + $2))]}"; }
+  # Every voter signs webhooks and wake tokens with the same key.
+  "$node_bin" signing-key --out "$data/signing-key.pem" >/dev/null
+  subscriptions="[subscriptions]\nsigning_key_file = \"$data/signing-key.pem\"\nallow_loopback_webhooks = true\n"
   # Mutual TLS between the voters, as in production: a CA and a certificate for each.
   "$node_bin" issue-certs --dir "$data/tls" --nodes 1,2,3 >/dev/null
   peers=""
@@ -97,7 +114,7 @@ if [ "$cluster" = 1 ]; then
     # Raft timeouts and the request deadline are the product's defaults. The long-poll
     # timeout is shorter than the default 20 s because the suite waits out long-polls that
     # see no data, and some of its tests allow less than 20 s for that.
-    printf "node_id = $id\n[server]\nlisten = \"127.0.0.1:$(port $id 0)\"\nadmin_listen = \"127.0.0.1:$(port $id 1)\"\ncluster_listen = \"127.0.0.1:$(port $id 2)\"\nlong_poll_timeout = \"500ms\"\ncluster_tls = { ca_file = \"$data/tls/ca.pem\", cert_file = \"$data/tls/node-$id.pem\", key_file = \"$data/tls/node-$id.key\" }\n$peers$limits" >"$data/node-$id.toml"
+    printf "node_id = $id\n[server]\nlisten = \"127.0.0.1:$(port $id 0)\"\nadmin_listen = \"127.0.0.1:$(port $id 1)\"\ncluster_listen = \"127.0.0.1:$(port $id 2)\"\nlong_poll_timeout = \"500ms\"\n${server_extra}cluster_tls = { ca_file = \"$data/tls/ca.pem\", cert_file = \"$data/tls/node-$id.pem\", key_file = \"$data/tls/node-$id.key\" }\n$peers$limits$subscriptions" >"$data/node-$id.toml"
     launch=()
     [ "$slow" = 1 ] && launch=("$root/e2e/slow/exec.sh" "conformance-$$-$id")
     "${launch[@]}" "$node_bin" --config "$data/node-$id.toml" --data-dir "$data/node-$id" 2>"$data/node-$id.log" &
@@ -126,7 +143,7 @@ if [ "$cluster" = 1 ]; then
   [ -n "$addr" ] || { echo "conformance: the cluster did not become ready" >&2; tail -5 "$data"/node-*.log >&2; exit 1; }
   echo "conformance: 3-voter cluster, sent to follower http://$addr"
 else
-  printf "$limits" >"$data/node.toml"
+  printf "[server]\n$server_extra$limits" >"$data/node.toml"
   "$node_bin" --config "$data/node.toml" --data-dir "$data/data" --listen 127.0.0.1:0 \
     --admin-listen 127.0.0.1:0 --long-poll-timeout 500ms 2>"$data/node.log" &
   pids+=($!)
@@ -139,7 +156,7 @@ if [ "$via_gateway" = 1 ]; then
     upstreams=()
     for id in 1 2 3; do upstreams+=(--upstream "http://127.0.0.1:$(port $id 0)"); done
   fi
-  "$bin_dir/ursula-gateway" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
+  "$bin_dir/ursula-gateway" --listen "127.0.0.1:$gateway_port" --admin-listen 127.0.0.1:0 \
     "${upstreams[@]}" 2>"$data/gateway.log" &
   pids+=($!)
   addr="$(serving_addr ursula-gateway "$data/gateway.log")"

@@ -22,14 +22,29 @@ fn port(base: u16, voter: u64, offset: u16) -> u16 {
     base + 10 * (voter as u16 - 1) + offset
 }
 
-fn voter_config(cluster: &DevCluster, id: u64, admin_token: &Path, certs: &ClusterFiles) -> String {
+/// What every voter shares besides its certificates: the admin token, the subscriptions'
+/// signing key, and the URL clients use (the gateway's, or the first voter's).
+struct Shared<'a> {
+    admin_token: &'a Path,
+    signing_key: &'a Path,
+    public_url: &'a str,
+}
+
+fn voter_config(
+    cluster: &DevCluster,
+    id: u64,
+    shared: &Shared<'_>,
+    certs: &ClusterFiles,
+) -> String {
+    let admin_token = shared.admin_token;
     let base = cluster.base_port;
     let mut text = format!(
-        "node_id = {id}\ndata_dir = {:?}\n\n[server]\nlisten = \"127.0.0.1:{}\"\nadmin_listen = \"127.0.0.1:{}\"\ncluster_listen = \"127.0.0.1:{}\"\nadmin_token_file = {admin_token:?}\n{}\n[raft]\ngroup_count = 16\n",
+        "node_id = {id}\ndata_dir = {:?}\n\n[server]\nlisten = \"127.0.0.1:{}\"\nadmin_listen = \"127.0.0.1:{}\"\ncluster_listen = \"127.0.0.1:{}\"\nadmin_token_file = {admin_token:?}\npublic_url = {:?}\n{}\n[raft]\ngroup_count = 16\n",
         cluster.data_dir.join(format!("node-{id}")),
         port(base, id, 0),
         port(base, id, 1),
         port(base, id, 2),
+        shared.public_url,
         certs.toml(id),
     );
     for peer in 1..=cluster.voters {
@@ -39,6 +54,11 @@ fn voter_config(cluster: &DevCluster, id: u64, admin_token: &Path, certs: &Clust
             port(base, peer, 0),
         ));
     }
+    // A developer's webhook receiver runs on loopback beside the cluster.
+    text.push_str(&format!(
+        "\n[subscriptions]\nsigning_key_file = {:?}\nallow_loopback_webhooks = true\n",
+        shared.signing_key
+    ));
     text
 }
 
@@ -109,12 +129,27 @@ pub fn run(cluster: DevCluster) -> ExitCode {
         );
         return ExitCode::FAILURE;
     }
+    let signing_key = cluster.data_dir.join("signing-key.pem");
+    if let Err(error) = ursula_node::subscriptions::signing::SigningKey::load(&signing_key, true) {
+        eprintln!("ursula-node dev-cluster: {error}");
+        return ExitCode::FAILURE;
+    }
+    let gateway = exe.with_file_name("ursula-gateway");
+    let gateway_listen = format!("127.0.0.1:{}", cluster.base_port - 10);
+    let public_url = if gateway.exists() {
+        format!("http://{gateway_listen}")
+    } else {
+        format!("http://127.0.0.1:{}", port(cluster.base_port, 1, 0))
+    };
+    let shared = Shared {
+        admin_token: &admin_token,
+        signing_key: &signing_key,
+        public_url: &public_url,
+    };
     let mut children = Vec::new();
     for id in 1..=cluster.voters {
         let config = cluster.data_dir.join(format!("node-{id}.toml"));
-        if let Err(error) =
-            std::fs::write(&config, voter_config(&cluster, id, &admin_token, &certs))
-        {
+        if let Err(error) = std::fs::write(&config, voter_config(&cluster, id, &shared, &certs)) {
             eprintln!("ursula-node dev-cluster: cannot write {config:?}: {error}");
             return ExitCode::FAILURE;
         }
@@ -130,10 +165,9 @@ pub fn run(cluster: DevCluster) -> ExitCode {
     let voters: Vec<String> = (1..=cluster.voters)
         .map(|id| format!("http://127.0.0.1:{}", port(cluster.base_port, id, 0)))
         .collect();
-    let gateway = exe.with_file_name("ursula-gateway");
     let mut url = voters[0].clone();
     if gateway.exists() {
-        let listen = format!("127.0.0.1:{}", cluster.base_port - 10);
+        let listen = gateway_listen;
         let admin = format!("127.0.0.1:{}", cluster.base_port - 9);
         let mut args = vec![
             "--listen".to_owned(),

@@ -164,6 +164,7 @@ pub async fn start(config: Config) -> Result<Node, StartError> {
                     engines: engines.clone(),
                     metrics,
                     rejoining: rejoining.clone(),
+                    subscriptions: subscriptions.clone(),
                 }),
                 transport.tls.clone(),
                 stop_signal.clone(),
@@ -262,6 +263,7 @@ pub async fn start(config: Config) -> Result<Node, StartError> {
         Arc::new(config),
         admission,
         subscriptions.clone(),
+        admin_state.members.clone(),
         stop_signal.clone(),
     ));
     let grace = app.config.server.shutdown_grace;

@@ -68,6 +68,13 @@ enum Tool {
         #[arg(long, value_delimiter = ',')]
         names: Vec<String>,
     },
+    /// Writes a new Ed25519 key (PKCS#8 PEM, readable by its owner only) to FILE, for
+    /// `subscriptions.signing_key_file`: every voter of a cluster signs webhooks and wake tokens
+    /// with the same one.
+    SigningKey {
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+    },
 }
 
 /// openraft logs every failed RPC, at ERROR, several times a second per peer while one is
@@ -164,6 +171,23 @@ fn main() -> ExitCode {
             valid_for,
             names,
         }) => return issue_certs(dir, &nodes, valid_for, &names),
+        Some(Tool::SigningKey { out }) => {
+            return match ursula_node::subscriptions::signing::SigningKey::load(&out, true) {
+                Ok(key) if out.exists() => {
+                    println!(
+                        "[subscriptions] signing_key_file = {:?}  # kid {}",
+                        out,
+                        key.kid()
+                    );
+                    ExitCode::SUCCESS
+                }
+                Ok(_) => ExitCode::FAILURE,
+                Err(error) => {
+                    eprintln!("ursula-node signing-key: {error}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
         None => {}
     }
     let mut config = match &args.config {

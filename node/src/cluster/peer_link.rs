@@ -40,6 +40,8 @@ pub enum CallKind {
     Purge,
     Membership,
     HandOff,
+    /// A subscription change a client asked another voter for (`subscriptions::change`).
+    Subscription,
 }
 
 impl CallKind {
@@ -51,6 +53,7 @@ impl CallKind {
             Self::Purge => "purge",
             Self::Membership => "membership",
             Self::HandOff => "hand-off",
+            Self::Subscription => "subscription",
         }
     }
 
@@ -62,6 +65,7 @@ impl CallKind {
             Self::Purge,
             Self::Membership,
             Self::HandOff,
+            Self::Subscription,
         ]
         .into_iter()
         .find(|kind| kind.route() == route)

@@ -46,6 +46,8 @@ pub struct Served {
     pub engines: Vec<Option<Arc<crate::engine::Engine>>>,
     pub metrics: Arc<Metrics>,
     pub rejoining: Arc<Rejoining>,
+    /// Makes the subscription changes other voters carry here.
+    pub subscriptions: Arc<crate::subscriptions::Subscriptions>,
 }
 
 pub async fn serve(
@@ -353,6 +355,24 @@ async fn call(
             },
             Err(error) => bad(error),
         },
+        // A client asked another voter to change a subscription of a group this node leads.
+        CallKind::Subscription => {
+            match postcard::from_bytes::<crate::subscriptions::change::Change>(&body) {
+                Ok(change) => match sender.refusal(sender.named) {
+                    Some(refused) => refused,
+                    None => match served.engines.get(group).and_then(Option::as_ref) {
+                        Some(engine) => {
+                            encode(&served.subscriptions.change_here(engine, change).await)
+                        }
+                        None => (
+                            StatusCode::NOT_FOUND,
+                            b"this node does not host the group".to_vec(),
+                        ),
+                    },
+                },
+                Err(error) => bad(error),
+            }
+        }
         // A peer's admin listener was asked to change the membership of every group.
         CallKind::Membership => match postcard::from_bytes::<MembershipChange>(&body) {
             Ok(change) => match sender.refusal(sender.named) {
@@ -404,6 +424,11 @@ mod tests {
             engines: vec![None],
             metrics: Arc::default(),
             rejoining: Arc::new(Rejoining::open(dir.path(), false, false, []).unwrap()),
+            subscriptions: crate::subscriptions::Subscriptions::open(&crate::config::Config {
+                data_dir: dir.path().to_owned(),
+                ..Default::default()
+            })
+            .unwrap(),
         }
     }
 

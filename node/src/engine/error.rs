@@ -4,7 +4,8 @@
 use crate::machine::Refusal;
 use crate::storage::StorageError;
 
-#[derive(Debug, Clone, thiserror::Error)]
+/// Serializable: a voter answers a forwarded proposal with it (`subscriptions::change`).
+#[derive(Debug, Clone, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum EngineError {
     #[error(transparent)]
     Refused(#[from] Refusal),

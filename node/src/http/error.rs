@@ -236,6 +236,21 @@ impl From<EngineError> for ApiError {
     }
 }
 
+impl From<crate::subscriptions::change::ChangeError> for ApiError {
+    fn from(error: crate::subscriptions::change::ChangeError) -> Self {
+        use crate::subscriptions::change::ChangeError;
+        match error {
+            ChangeError::Engine(error) => error.into(),
+            ChangeError::Unauthenticated(message) => {
+                Self::new(ErrorToken::Unauthenticated, message).at(Stage::BeforeProposal)
+            }
+            error @ ChangeError::Unreachable(_) => {
+                Self::new(ErrorToken::Unavailable, error.to_string())
+            }
+        }
+    }
+}
+
 impl From<ReadError> for ApiError {
     fn from(error: ReadError) -> Self {
         match error {

@@ -69,7 +69,10 @@ impl Write {
     pub fn checks_leadership(self) -> bool {
         !matches!(
             self,
-            Self::DeleteStream | Self::CreateStream { staged: true }
+            // A subscription change is carried to the leader by the voter it reached
+            // (`handlers::subscriptions`): a redirect would lose a wake's bearer token, which
+            // clients drop when a redirect leaves the origin.
+            Self::DeleteStream | Self::CreateStream { staged: true } | Self::Subscription
         )
     }
 }

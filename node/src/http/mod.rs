@@ -37,6 +37,8 @@ pub struct App {
     pub config: Arc<Config>,
     pub admission: Arc<Admission>,
     pub subscriptions: Arc<crate::subscriptions::Subscriptions>,
+    /// The way to the other voters' cluster listeners, on a voter.
+    pub members: Option<Arc<crate::cluster::membership::Members>>,
     /// Turns true when the node shuts down: live reads end.
     pub stopping: watch::Receiver<bool>,
     /// The node's counters (every group shares them); none on a node that hosts no group.
@@ -51,6 +53,7 @@ impl App {
         config: Arc<Config>,
         admission: Arc<Admission>,
         subscriptions: Arc<crate::subscriptions::Subscriptions>,
+        members: Option<Arc<crate::cluster::membership::Members>>,
         stopping: watch::Receiver<bool>,
     ) -> Self {
         let metrics = groups.all().next().map(|engine| engine.metrics.clone());
@@ -60,6 +63,7 @@ impl App {
             config,
             admission,
             subscriptions,
+            members,
             stopping,
             links: link::Links::default(),
         }

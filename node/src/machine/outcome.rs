@@ -52,7 +52,7 @@ pub enum Outcome {
 }
 
 /// Why the machine refused a command. A refusal changes nothing.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum Refusal {
     #[error("bucket {0} does not exist")]
     BucketNotFound(String),

@@ -2,6 +2,7 @@
 //! webhook policy, the HTTP client that delivers webhooks, and the public URL they point back
 //! to. The state itself is in the state machine (`machine::subscription`).
 
+pub mod change;
 pub mod delivery;
 pub mod metrics;
 pub mod signing;

@@ -7,16 +7,16 @@ use http::{HeaderMap, Response, StatusCode};
 use serde::Deserialize;
 use ursula_wire::ErrorToken;
 
-use crate::engine::now_ms;
+use crate::cluster::peer_link::CallKind;
+use crate::engine::{Leadership, now_ms};
 use crate::http::App;
 use crate::http::error::ApiError;
 use crate::http::response::{Body, Reply};
 use crate::http::route::{Ds, DsResource};
 use crate::machine::subscription::{Delivery, SubscriptionAction, WakeRef, glob};
-use crate::machine::{
-    Command, Outcome, Subscription, SubscriptionCommand, SubscriptionOutcome, SubscriptionSpec,
-};
+use crate::machine::{Subscription, SubscriptionCommand, SubscriptionOutcome, SubscriptionSpec};
 use crate::names::is_valid_stream_name;
+use crate::subscriptions::change::{Change, ChangeError};
 use crate::subscriptions::view;
 
 const MIN_LEASE_MS: u64 = 1_000;
@@ -51,26 +51,49 @@ fn no_content() -> Response<Body> {
     Reply::new(StatusCode::NO_CONTENT).build()
 }
 
-/// Proposes an action on the subscription `ds` names.
+/// Makes a change of the subscription `ds` names: here when this node leads its group, else
+/// through the leader's cluster listener (`subscriptions::change`).
 async fn propose(
     app: &App,
     ds: &Ds,
     action: SubscriptionAction,
+    token: Option<String>,
 ) -> Result<SubscriptionOutcome, ApiError> {
-    let id = ds.resource.subscription_id().unwrap_or_default().to_owned();
-    let command = Command::Subscription(SubscriptionCommand {
-        bucket: ds.bucket.clone(),
-        id,
-        now_ms: now_ms(),
-        action,
-    });
-    match app.engine(&ds.bucket)?.propose(command).await? {
-        Outcome::Subscription(outcome) => Ok(outcome),
-        _ => Err(ApiError::new(
-            ErrorToken::Internal,
-            "unexpected outcome of a subscription change",
-        )),
-    }
+    let change = Change {
+        command: SubscriptionCommand {
+            bucket: ds.bucket.clone(),
+            id: ds.resource.subscription_id().unwrap_or_default().to_owned(),
+            now_ms: now_ms(),
+            action,
+        },
+        token,
+    };
+    let engine = app.engine(&ds.bucket)?;
+    let leader = match engine.leadership() {
+        Leadership::Here => return Ok(app.subscriptions.change_here(engine, change).await?),
+        Leadership::Elsewhere(id) => id,
+        Leadership::Unknown => return Err(ApiError::not_leader(None)),
+    };
+    let (Some(cluster), Some(members)) = (&app.groups.cluster, &app.members) else {
+        return Err(ApiError::not_leader(Some(leader)));
+    };
+    let Some(peer) = cluster.book.get(leader) else {
+        return Err(ApiError::not_leader(None));
+    };
+    let group = ursula_wire::placement::group_of(&ds.bucket, app.groups.group_count());
+    let body = postcard::to_allocvec(&change)
+        .map_err(|e| ApiError::new(ErrorToken::Internal, e.to_string()))?;
+    let answer = crate::cluster::network::forward::<Result<SubscriptionOutcome, ChangeError>>(
+        &members.transport.http,
+        members.transport.this_node,
+        &peer.cluster_url,
+        group,
+        CallKind::Subscription,
+        body,
+    )
+    .await
+    .map_err(ChangeError::Unreachable)?;
+    Ok(answer?)
 }
 
 fn answer(app: &App, sub: &Subscription, status: StatusCode) -> Result<Response<Body>, ApiError> {
@@ -107,7 +130,7 @@ pub async fn put(app: &App, parts: &Parts, body: Bytes, ds: Ds) -> Answered {
     let SubscriptionOutcome::Put {
         created,
         subscription,
-    } = propose(app, &ds, SubscriptionAction::Put { spec, root }).await?
+    } = propose(app, &ds, SubscriptionAction::Put { spec, root }, None).await?
     else {
         return Err(ApiError::new(
             ErrorToken::Internal,
@@ -218,7 +241,7 @@ fn subscription(app: &App, ds: &Ds) -> Result<std::sync::Arc<Subscription>, ApiE
 }
 
 pub async fn delete(app: &App, ds: Ds) -> Answered {
-    propose(app, &ds, SubscriptionAction::Delete).await?;
+    propose(app, &ds, SubscriptionAction::Delete, None).await?;
     Ok(no_content())
 }
 
@@ -239,6 +262,7 @@ pub async fn link(app: &App, body: Bytes, ds: Ds) -> Answered {
         SubscriptionAction::Link {
             streams: body.streams,
         },
+        None,
     )
     .await?;
     Ok(no_content())
@@ -250,7 +274,7 @@ pub async fn unlink(app: &App, ds: Ds) -> Answered {
         return Err(invalid("no stream named"));
     };
     let stream = stream.clone();
-    propose(app, &ds, SubscriptionAction::Unlink { stream }).await?;
+    propose(app, &ds, SubscriptionAction::Unlink { stream }, None).await?;
     Ok(no_content())
 }
 
@@ -283,7 +307,7 @@ pub async fn wake_action(app: &App, parts: &Parts, body: Bytes, ds: Ds) -> Answe
             return Err(invalid(format!("worker: 1 to {MAX_WORKER} bytes")));
         }
         let SubscriptionOutcome::Claimed { subscription } =
-            propose(app, &ds, SubscriptionAction::Claim { worker }).await?
+            propose(app, &ds, SubscriptionAction::Claim { worker }, None).await?
         else {
             return Err(ApiError::new(
                 ErrorToken::Internal,
@@ -313,9 +337,14 @@ pub async fn wake_action(app: &App, parts: &Parts, body: Bytes, ds: Ds) -> Answe
         wake_id: body.wake_id,
         generation: body.generation,
     };
-    check_token(app, &ds, &parts.headers, &wake)?;
+    let token = parts
+        .headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(|token| token.trim().to_owned());
     if releases {
-        propose(app, &ds, SubscriptionAction::Release { wake }).await?;
+        propose(app, &ds, SubscriptionAction::Release { wake }, token).await?;
         return Ok(no_content());
     }
     let mut acks = Vec::with_capacity(body.acks.len());
@@ -333,7 +362,7 @@ pub async fn wake_action(app: &App, parts: &Parts, body: Bytes, ds: Ds) -> Answe
         acks,
         done: body.done,
     };
-    let SubscriptionOutcome::Acked { next_wake } = propose(app, &ds, action).await? else {
+    let SubscriptionOutcome::Acked { next_wake } = propose(app, &ds, action, token).await? else {
         return Err(ApiError::new(
             ErrorToken::Internal,
             "unexpected outcome of an ack",
@@ -343,27 +372,6 @@ pub async fn wake_action(app: &App, parts: &Parts, body: Bytes, ds: Ds) -> Answe
         StatusCode::OK,
         &serde_json::json!({ "ok": true, "next_wake": next_wake }),
     ))
-}
-
-/// The bearer token must be this node's key's token for that wake of this subscription.
-fn check_token(app: &App, ds: &Ds, headers: &HeaderMap, wake: &WakeRef) -> Result<(), ApiError> {
-    let sub = subscription(app, ds)?;
-    let token = headers
-        .get(http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
-    match token {
-        Some(token) if app.subscriptions.key.check_wake_token(&sub, wake, token) => Ok(()),
-        Some(_) => Err(ApiError::new(
-            ErrorToken::Unauthenticated,
-            "the bearer token is not this wake's token",
-        )),
-        None => Err(ApiError::new(
-            ErrorToken::Unauthenticated,
-            "a wake's callback, ack and release need its token: Authorization: Bearer <token>",
-        )),
-    }
 }
 
 /// `GET .../__ds/jwks.json`: the key webhooks are signed with.

@@ -128,7 +128,7 @@ pub struct SubscriptionCommand {
     pub action: SubscriptionAction,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SubscriptionOutcome {
     Put {
         created: bool,
