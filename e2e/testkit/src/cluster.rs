@@ -158,6 +158,15 @@ impl TestCluster {
         };
         let ids: Vec<u64> = (1..=n as u64).collect();
         let (certs, authority) = crate::certs::write_cluster(&dir.path().join("tls"), &ids);
+        // Every voter signs webhooks and wake tokens with one key, as in production.
+        let signing_key = dir.path().join("signing-key.pem");
+        let made = std::process::Command::new(crate::binaries::node())
+            .arg("signing-key")
+            .arg("--out")
+            .arg(&signing_key)
+            .output()
+            .expect("run ursula-node signing-key");
+        assert!(made.status.success(), "ursula-node signing-key: {made:?}");
         let (mut peers, mut seed_peers) = (String::new(), String::new());
         for (id, (client_ip, cluster_ip, ports)) in addresses.iter().enumerate() {
             if id == seed {
@@ -184,7 +193,7 @@ impl TestCluster {
             std::fs::create_dir_all(&data).expect("data dir");
             let config = dir.path().join(format!("node-{}.toml", id + 1));
             let text = format!(
-                "node_id = {}\ndata_dir = {:?}\n[server]\nlisten = \"{client_ip}:{}\"\nadmin_listen = \"{client_ip}:{}\"\ncluster_listen = \"{cluster_ip}:{}\"\nlong_poll_timeout = \"300ms\"\n{}{server_extra}\n[raft]\ngroup_count = {group_count}\n{join}{timeouts}{raft_extra}\n[raft.wal]\nmin_available_size = 1048576\nresume_available_size = 2097152\n{peers}",
+                "node_id = {}\ndata_dir = {:?}\n[server]\nlisten = \"{client_ip}:{}\"\nadmin_listen = \"{client_ip}:{}\"\ncluster_listen = \"{cluster_ip}:{}\"\nlong_poll_timeout = \"300ms\"\n{}{server_extra}\n[raft]\ngroup_count = {group_count}\n{join}{timeouts}{raft_extra}\n[raft.wal]\nmin_available_size = 1048576\nresume_available_size = 2097152\n[subscriptions]\nsigning_key_file = {signing_key:?}\nallow_loopback_webhooks = true\n{peers}",
                 id + 1,
                 data,
                 ports[0],

@@ -12,6 +12,7 @@ pub mod netns;
 pub mod node;
 pub mod ports;
 pub mod s3;
+pub mod webhook;
 
 pub use http::{Client, Http, Reply};
 

@@ -29,7 +29,17 @@ impl Subscriptions {
     pub fn open(config: &Config) -> Result<Arc<Self>, String> {
         let (key_file, create) = match &config.subscriptions.signing_key_file {
             Some(file) => (file.clone(), false),
-            None => (config.data_dir.join("subscriptions/signing-key.pem"), true),
+            None => {
+                if config.is_replicated() {
+                    tracing::warn!(
+                        "subscriptions.signing_key_file is not set: this voter signs webhooks and \
+                         wake tokens with a key of its own, so a wake's token stops working when \
+                         the group's leadership moves; give every voter the same key \
+                         (ursula-node signing-key)"
+                    );
+                }
+                (config.data_dir.join("subscriptions/signing-key.pem"), true)
+            }
         };
         let key = SigningKey::load(&key_file, create).map_err(|e| e.to_string())?;
         let policy = Arc::new(
