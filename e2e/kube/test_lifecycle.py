@@ -302,6 +302,16 @@ class ClusterLifecycle(unittest.TestCase):
             mounted = {v["name"]: v.get("secret", {}).get("secretName") for v in pod_spec["volumes"]}
             self.assertEqual(mounted["cluster-tls"], f"{RELEASE}-cluster-tls")
             self.assertEqual(mounted["admin-token"], f"{RELEASE}-admin-token")
+            self.assertEqual(mounted["signing-key"], f"{RELEASE}-signing-key")
+            signing = get_json("secret", "-n", NS, f"{RELEASE}-signing-key")["data"]
+            self.assertIn("BEGIN PRIVATE KEY", base64.b64decode(signing["signing-key.pem"]).decode())
+            # Every voter signs subscription webhooks with the one key the Secret holds.
+            kids = set()
+            for ordinal in range(VOTERS):
+                status, jwks = request("GET", ordinal, "/v1/stream/__ds/jwks.json")
+                self.assertEqual(status, 200)
+                kids |= {key["kid"] for key in json.loads(jwks)["keys"]}
+            self.assertEqual(len(kids), 1, kids)
             policy = get_json("networkpolicy", "-n", NS, f"{RELEASE}-voters")
             ports = sorted(r["ports"][0]["port"] for r in policy["spec"]["ingress"])
             # The operator runs outside the cluster here: it knows no namespace of its own,

@@ -3,6 +3,8 @@
 //! - `{cluster}-admin-token`: the bearer token the voters' admin routes ask for (drain,
 //!   purge), which the operator sends. Made once; replace its `token` to rotate it (the voters
 //!   read it from its file on every call).
+//! - `{cluster}-signing-key`: the Ed25519 key every voter signs subscription webhooks and
+//!   wake tokens with (its public half is the voters' `__ds/jwks.json`). Made once.
 //! - `{cluster}-ca`: the cluster's CA, certificate and key. Never mounted into a pod.
 //! - `{cluster}-cluster-tls`: the CA's certificate and each voter's certificate and key, each
 //!   naming its node ID (`ursula_wire::identity`). Issued again before they expire, and when
@@ -26,7 +28,8 @@ use ursula_wire::issue::Authority;
 
 use crate::crd::UrsulaCluster;
 use crate::mounts::{
-    CA_FILE, TOKEN_KEY, admin_token_secret, ca_secret, cert_file, key_file, tls_secret,
+    CA_FILE, SIGNING_KEY, TOKEN_KEY, admin_token_secret, ca_secret, cert_file, key_file,
+    signing_key_secret, tls_secret,
 };
 use crate::workloads::{NODE, meta};
 
@@ -95,6 +98,12 @@ fn bytes(text: &str) -> ByteString {
 pub fn admin_token(cluster: &UrsulaCluster, token: &str) -> Secret {
     let data = BTreeMap::from([(TOKEN_KEY.to_owned(), bytes(token))]);
     secret(cluster, admin_token_secret(cluster), data)
+}
+
+/// The signing key Secret holding `pem`.
+pub fn signing_key(cluster: &UrsulaCluster, pem: &str) -> Secret {
+    let data = BTreeMap::from([(SIGNING_KEY.to_owned(), bytes(pem))]);
+    secret(cluster, signing_key_secret(cluster), data)
 }
 
 /// The CA Secret of `authority`.
@@ -211,6 +220,11 @@ pub async fn ensure(
         }
     };
     let admin_token = text_of(&token, TOKEN_KEY)?;
+    if api.get_opt(&signing_key_secret(cluster)).await?.is_none() {
+        let pem = ursula_wire::issue::signing_key_pem()
+            .map_err(|e| CredentialsError::Issue(e.to_string()))?;
+        create_once(&api, signing_key(cluster, &pem)).await?;
+    }
     if cluster.spec.tls.is_none() {
         ensure_own_ca(client, &api, ns, cluster).await?;
     }

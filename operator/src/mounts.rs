@@ -11,6 +11,14 @@ pub const ADMIN_DIR: &str = "/var/run/secrets/ursula/admin";
 pub const TLS_DIR: &str = "/var/run/secrets/ursula/tls";
 /// The admin token Secret's key (and file name).
 pub const TOKEN_KEY: &str = "token";
+/// Where the voters find the key they sign subscription webhooks and wake tokens with, and
+/// its Secret's key (and file name).
+pub const SIGNING_DIR: &str = "/var/run/secrets/ursula/signing";
+pub const SIGNING_KEY: &str = "signing-key.pem";
+
+pub fn signing_key_secret(cluster: &UrsulaCluster) -> String {
+    format!("{}-signing-key", cluster.name_any())
+}
 
 pub fn admin_token_secret(cluster: &UrsulaCluster) -> String {
     format!("{}-admin-token", cluster.name_any())

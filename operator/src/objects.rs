@@ -56,7 +56,7 @@ fn kubernetes_formats(value: &mut serde_json::Value) {
 pub const GROUP_COUNT: i64 = 16;
 
 /// Node config keys the operator sets itself; `nodeConfig` may not override them.
-const RESERVED_KEYS: [&str; 19] = [
+const RESERVED_KEYS: [&str; 20] = [
     "node_id",
     "data_dir",
     "server.listen",
@@ -76,6 +76,7 @@ const RESERVED_KEYS: [&str; 19] = [
     "storage.cold.allow_http",
     "storage.cold.access_key_id",
     "storage.cold.secret_access_key",
+    "subscriptions.signing_key_file",
 ];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,7 +155,23 @@ pub fn node_config(cluster: &UrsulaCluster, ordinal: u8) -> Result<String, Inval
     tls.insert("cert_file".into(), file(TLS_DIR, &cert_file(ordinal)));
     tls.insert("key_file".into(), file(TLS_DIR, &key_file(ordinal)));
     server.insert("cluster_tls".into(), Value::Table(tls));
+    // Subscription callbacks point at the gateways' Service; `nodeConfig` may name an ingress.
+    let namespace = cluster.namespace().unwrap_or_else(|| "default".into());
+    server.insert(
+        "public_url".into(),
+        Value::String(format!(
+            "http://{}.{namespace}.svc:{}",
+            cluster.name_any(),
+            ports::CLIENT
+        )),
+    );
     root.insert("server".into(), Value::Table(server));
+    let mut subscriptions = Table::new();
+    subscriptions.insert(
+        "signing_key_file".into(),
+        file(crate::mounts::SIGNING_DIR, crate::mounts::SIGNING_KEY),
+    );
+    root.insert("subscriptions".into(), Value::Table(subscriptions));
     let mut raft = Table::new();
     raft.insert("group_count".into(), Value::Integer(GROUP_COUNT));
     let peers = (0..voter_pods(cluster))
@@ -334,6 +351,15 @@ mod tests {
                     config["server"]["admin_token_file"].as_str(),
                     Some("/var/run/secrets/ursula/admin/token")
                 );
+                // One signing key for every voter; callbacks point at the gateways.
+                assert_eq!(
+                    config["subscriptions"]["signing_key_file"].as_str(),
+                    Some("/var/run/secrets/ursula/signing/signing-key.pem")
+                );
+                assert_eq!(
+                    config["server"]["public_url"].as_str(),
+                    Some("http://ursula.streams.svc:4437")
+                );
             }
         }
     }
@@ -348,6 +374,10 @@ mod tests {
                         ("raft.snapshot_log_budget", serde_json::json!(1024)),
                         ("server.long_poll_timeout", serde_json::json!("5s")),
                         ("storage.max_producers_per_stream", serde_json::json!(8)),
+                        (
+                            "server.public_url",
+                            serde_json::json!("https://streams.example.com"),
+                        ),
                     ],
                 ),
                 0,
@@ -364,6 +394,10 @@ mod tests {
         );
         assert_eq!(config["server"]["long_poll_timeout"].as_str(), Some("5s"));
         assert_eq!(
+            config["server"]["public_url"].as_str(),
+            Some("https://streams.example.com")
+        );
+        assert_eq!(
             config["storage"]["max_producers_per_stream"].as_integer(),
             Some(8)
         );
@@ -377,6 +411,11 @@ mod tests {
                 "node_id",
                 serde_json::json!(9),
                 InvalidSpec::ReservedKey("node_id".into()),
+            ),
+            (
+                "subscriptions.signing_key_file",
+                serde_json::json!("/tmp/mine.pem"),
+                InvalidSpec::ReservedKey("subscriptions.signing_key_file".into()),
             ),
             (
                 "server..listen",

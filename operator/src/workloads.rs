@@ -295,6 +295,12 @@ pub fn statefulset_at(cluster: &UrsulaCluster, version: &str) -> StatefulSet {
                 ..VolumeMount::default()
             },
             VolumeMount {
+                name: "signing-key".to_owned(),
+                mount_path: mounts::SIGNING_DIR.to_owned(),
+                read_only: Some(true),
+                ..VolumeMount::default()
+            },
+            VolumeMount {
                 name: "cluster-tls".to_owned(),
                 mount_path: mounts::TLS_DIR.to_owned(),
                 read_only: Some(true),
@@ -366,6 +372,7 @@ pub fn statefulset_at(cluster: &UrsulaCluster, version: &str) -> StatefulSet {
                             ..Volume::default()
                         },
                         secret_volume("admin-token", mounts::admin_token_secret(cluster)),
+                        secret_volume("signing-key", mounts::signing_key_secret(cluster)),
                         cluster_tls_volume(cluster),
                     ]),
                     ..PodSpec::default()

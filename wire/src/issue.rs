@@ -145,6 +145,12 @@ impl Authority {
     }
 }
 
+/// A new Ed25519 key as PKCS#8 PEM: what every voter of a cluster signs subscription webhooks
+/// and wake tokens with (`subscriptions.signing_key_file`).
+pub fn signing_key_pem() -> Result<String, Error> {
+    Ok(KeyPair::generate_for(&rcgen::PKCS_ED25519)?.serialize_pem())
+}
+
 /// A cluster's certificates as files in one directory: `ca.pem` (the CA's certificate),
 /// `ca.key`, and for each voter `node-{id}.pem` and `node-{id}.key`. Keys are readable by
 /// their owner only. The layout `dev-cluster`, `ursula-node certs` and the tests share.

@@ -9,7 +9,6 @@ use std::path::Path;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
-use ring::rand::SystemRandom;
 use ring::signature::{ED25519, Ed25519KeyPair, KeyPair, UnparsedPublicKey};
 use sha2::Digest;
 
@@ -39,21 +38,13 @@ pub enum KeyError {
     },
 }
 
-/// A new key as a PKCS#8 PEM file's text (what `openssl genpkey -algorithm ed25519` writes).
+/// A new key as a PKCS#8 PEM file's text (the shape `openssl genpkey -algorithm ed25519`
+/// writes, and the operator's Secret holds).
 pub fn generate_pem() -> Result<String, KeyError> {
-    let pkcs8 =
-        Ed25519KeyPair::generate_pkcs8(&SystemRandom::new()).map_err(|e| KeyError::Invalid {
-            path: "(new key)".into(),
-            reason: e.to_string(),
-        })?;
-    let body = STANDARD.encode(pkcs8.as_ref());
-    let mut pem = format!("-----BEGIN {PEM_LABEL}-----\n");
-    for line in body.as_bytes().chunks(64) {
-        pem.push_str(&String::from_utf8_lossy(line));
-        pem.push('\n');
-    }
-    pem.push_str(&format!("-----END {PEM_LABEL}-----\n"));
-    Ok(pem)
+    ursula_wire::issue::signing_key_pem().map_err(|e| KeyError::Invalid {
+        path: "(new key)".into(),
+        reason: e.to_string(),
+    })
 }
 
 impl SigningKey {
