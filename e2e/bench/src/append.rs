@@ -20,6 +20,8 @@ pub struct Options {
     pub buckets: usize,
     /// The server's processes, for CPU time per append; none to skip it.
     pub server_pids: Vec<u32>,
+    /// Webhook subscriptions following the streams while they are appended to.
+    pub subscriptions: usize,
 }
 
 pub async fn run(client: Client, prefix: &str, label: &str, o: Options) -> Result<String, Error> {
@@ -46,6 +48,19 @@ pub async fn run(client: Client, prefix: &str, label: &str, o: Options) -> Resul
     for path in paths.iter() {
         client.create(path, "application/octet-stream").await?;
     }
+    let receiver = match o.subscriptions {
+        0 => None,
+        count => {
+            let receiver = crate::wake::start_receiver().await?;
+            crate::wake::subscribe(&client, &paths, count, &receiver).await?;
+            Some(receiver)
+        }
+    };
+    let webhooks = || {
+        receiver.as_ref().map_or(0, |r| {
+            r.deliveries.load(std::sync::atomic::Ordering::Relaxed)
+        })
+    };
     let body = Bytes::from(vec![b'x'; o.size]);
     let measuring = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
@@ -82,6 +97,7 @@ pub async fn run(client: Client, prefix: &str, label: &str, o: Options) -> Resul
     }
     tokio::time::sleep(o.warmup).await;
     measuring.store(true, Ordering::Relaxed);
+    let webhooks_before = webhooks();
     let started = Instant::now();
     let cpu_before = crate::cpu::seconds(&o.server_pids);
     let threads_before = crate::cpu::by_thread(&o.server_pids);
@@ -90,6 +106,7 @@ pub async fn run(client: Client, prefix: &str, label: &str, o: Options) -> Resul
     let cpu_after = crate::cpu::seconds(&o.server_pids);
     let threads_after = crate::cpu::by_thread(&o.server_pids);
     let elapsed = started.elapsed().as_secs_f64();
+    let webhooks_during = webhooks() - webhooks_before;
     stop.store(true, Ordering::Relaxed);
     let mut samples = Vec::new();
     let mut errors = 0;
@@ -146,6 +163,8 @@ pub async fn run(client: Client, prefix: &str, label: &str, o: Options) -> Resul
         "errors": errors,
         "server_cpu_us_per_append": server_cpu_us,
         "server_cpu_us_per_append_by_thread": by_thread,
+        "subscriptions": o.subscriptions,
+        "webhooks_per_sec": webhooks_during as f64 / elapsed,
     })
     .to_string())
 }

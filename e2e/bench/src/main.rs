@@ -8,6 +8,8 @@
 //! - `long-poll`: the same with subscribers that follow the stream with long-polls.
 //! - `catch-up`: one stream filled, then read from the start by R clients; reports MiB/s and
 //!   page latency (with a cold tier, after it has moved the records to object storage).
+//! - `wake`: subscriptions over the streams woken by appends at a fixed rate; reports the wake
+//!   latency (append acknowledged to webhook received) of every subscriber.
 //! - `relay`: not a measurement but a baseline: a byte-copying TCP relay, the cheapest proxy
 //!   there is, to measure what any front door costs (`relay.rs`).
 //!
@@ -21,6 +23,7 @@ mod lean;
 mod relay;
 mod sse;
 mod stats;
+mod wake;
 
 use std::time::Duration;
 
@@ -86,6 +89,24 @@ enum Command {
         /// append over the measurement.
         #[arg(long, value_delimiter = ',')]
         server_pids: Vec<u32>,
+        /// Webhook subscriptions over the streams (each follows one by name), answered by a
+        /// receiver in this process, while the appends run: what having them costs.
+        #[arg(long, default_value_t = 0)]
+        subscriptions: usize,
+    },
+    /// Wake latency of subscriptions.
+    Wake {
+        #[arg(long, default_value_t = 100)]
+        streams: usize,
+        #[arg(long, default_value_t = 1000)]
+        subscriptions: usize,
+        /// Appends per second.
+        #[arg(long, default_value_t = 200)]
+        rate: u64,
+        #[arg(long, default_value_t = 256)]
+        size: usize,
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        duration: Duration,
     },
     /// Catch-up read throughput: fill a stream, wait, read it from the start.
     CatchUp {
@@ -153,6 +174,7 @@ fn main() {
                 warmup,
                 buckets,
                 server_pids,
+                subscriptions,
             } => {
                 let options = append::Options {
                     streams,
@@ -162,6 +184,7 @@ fn main() {
                     warmup,
                     buckets,
                     server_pids,
+                    subscriptions,
                 };
                 append::run(client, &args.prefix, &args.label, options).await
             }
@@ -191,6 +214,22 @@ fn main() {
             Command::LongPoll(fan_out) => {
                 let options = fan_out.options(sse::Live::LongPoll);
                 sse::run(client, &args.prefix, &args.label, options).await
+            }
+            Command::Wake {
+                streams,
+                subscriptions,
+                rate,
+                size,
+                duration,
+            } => {
+                let options = wake::Options {
+                    streams,
+                    subscriptions,
+                    rate,
+                    size,
+                    duration,
+                };
+                wake::run(client, &args.prefix, &args.label, options).await
             }
             Command::Relay { listen, upstream } => relay::run(&listen, &upstream).await,
         }

@@ -74,6 +74,9 @@ pub struct Machine {
     expiring: BTreeSet<u64>,
     /// By bucket, then ID.
     subscriptions: BTreeMap<(String, String), Subscription>,
+    /// The subscriptions that follow each stream (derived from their links; an append looks
+    /// here instead of at every subscription of its bucket).
+    followers: HashMap<StreamPath, BTreeSet<(String, String)>>,
     effects: Vec<Effect>,
     /// Streams whose metadata changed by a data append in the current batch and is written
     /// once at its end (`finish_batch`): most of a batch's appends hit a few streams, and a
@@ -91,6 +94,7 @@ impl Machine {
             by_path: HashMap::new(),
             expiring: BTreeSet::new(),
             subscriptions: BTreeMap::new(),
+            followers: HashMap::new(),
             effects: Vec::new(),
             deferred_meta: Vec::new(),
         }

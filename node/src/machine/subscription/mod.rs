@@ -210,7 +210,40 @@ impl Machine {
 
     pub(super) fn insert_subscription(&mut self, subscription: Subscription) {
         let key = (subscription.bucket.clone(), subscription.id.clone());
+        for name in subscription.links.keys() {
+            let path = StreamPath::new(key.0.clone(), name.clone());
+            self.followers.entry(path).or_default().insert(key.clone());
+        }
         self.subscriptions.insert(key, subscription);
+    }
+
+    /// Removes a subscription and its place in `followers`.
+    fn remove_subscription(&mut self, key: &Key) {
+        let Some(sub) = self.subscriptions.remove(key) else {
+            return;
+        };
+        for name in sub.links.keys() {
+            self.unfollow(key, name);
+        }
+        self.emit(Effect::DeleteSubscription {
+            bucket: key.0.clone(),
+            id: key.1.clone(),
+        });
+    }
+
+    fn follow(&mut self, key: &Key, name: &str) {
+        let path = StreamPath::new(key.0.clone(), name);
+        self.followers.entry(path).or_default().insert(key.clone());
+    }
+
+    fn unfollow(&mut self, key: &Key, name: &str) {
+        let path = StreamPath::new(key.0.clone(), name);
+        if let Some(keys) = self.followers.get_mut(&path) {
+            keys.remove(key);
+            if keys.is_empty() {
+                self.followers.remove(&path);
+            }
+        }
     }
 
     pub(super) fn subscription_command(
@@ -226,11 +259,7 @@ impl Machine {
             }
             SubscriptionAction::Delete => {
                 self.subscription(&key)?;
-                self.subscriptions.remove(&key);
-                self.emit(Effect::DeleteSubscription {
-                    bucket: key.0,
-                    id: key.1,
-                });
+                self.remove_subscription(&key);
                 SubscriptionOutcome::Changed
             }
             SubscriptionAction::Link { streams } => {
@@ -242,6 +271,7 @@ impl Machine {
                             "{name} is the subscription's wake stream"
                         )));
                     }
+                    self.follow(&key, &name);
                     let sub = self.subscription_mut(&key)?;
                     let link = sub.links.entry(name).or_insert(Link {
                         kind: LinkKind::Explicit,
@@ -255,6 +285,7 @@ impl Machine {
             SubscriptionAction::Unlink { stream } => {
                 let sub = self.subscription_mut(&key)?;
                 sub.links.remove(&stream);
+                self.unfollow(&key, &stream);
                 self.changed(&key);
                 SubscriptionOutcome::Changed
             }
@@ -508,10 +539,17 @@ impl Machine {
         if self.subscriptions.is_empty() {
             return;
         }
-        let woken: Vec<Key> = self
-            .bucket_subscriptions(&path.bucket)
-            .filter(|sub| sub.wake.is_none() && sub.links.contains_key(&path.name))
-            .map(|sub| (sub.bucket.clone(), sub.id.clone()))
+        let Some(followers) = self.followers.get(path) else {
+            return;
+        };
+        let woken: Vec<Key> = followers
+            .iter()
+            .filter(|key| {
+                self.subscriptions
+                    .get(*key)
+                    .is_some_and(|sub| sub.wake.is_none())
+            })
+            .cloned()
             .collect();
         for key in woken {
             if self.wake_if_pending(&key, now_ms) {
@@ -532,6 +570,7 @@ impl Machine {
             .map(|sub| (sub.bucket.clone(), sub.id.clone()))
             .collect();
         for key in keys {
+            self.follow(&key, &path.name);
             if let Some(sub) = self.subscriptions.get_mut(&key) {
                 sub.links
                     .entry(path.name.clone())
@@ -551,24 +590,25 @@ impl Machine {
         if self.subscriptions.is_empty() {
             return;
         }
-        let keys: Vec<Key> = self
-            .bucket_subscriptions(&path.bucket)
-            .filter(|sub| sub.links.contains_key(&path.name))
-            .map(|sub| (sub.bucket.clone(), sub.id.clone()))
-            .collect();
+        let Some(followers) = self.followers.get(path) else {
+            return;
+        };
+        let keys: Vec<Key> = followers.iter().cloned().collect();
         for key in keys {
-            if let Some(sub) = self.subscriptions.get_mut(&key) {
-                match sub.links.get(&path.name).map(|link| link.kind) {
-                    Some(LinkKind::Pattern) => {
-                        sub.links.remove(&path.name);
-                    }
-                    Some(LinkKind::Explicit) => {
-                        if let Some(link) = sub.links.get_mut(&path.name) {
-                            link.acked = 0;
-                        }
-                    }
-                    None => {}
+            let Some(sub) = self.subscriptions.get_mut(&key) else {
+                continue;
+            };
+            match sub.links.get(&path.name).map(|link| link.kind) {
+                Some(LinkKind::Pattern) => {
+                    sub.links.remove(&path.name);
+                    self.unfollow(&key, &path.name);
                 }
+                Some(LinkKind::Explicit) => {
+                    if let Some(link) = sub.links.get_mut(&path.name) {
+                        link.acked = 0;
+                    }
+                }
+                None => {}
             }
             self.changed(&key);
         }
@@ -581,11 +621,7 @@ impl Machine {
             .map(|sub| (sub.bucket.clone(), sub.id.clone()))
             .collect();
         for key in keys {
-            self.subscriptions.remove(&key);
-            self.emit(Effect::DeleteSubscription {
-                bucket: key.0,
-                id: key.1,
-            });
+            self.remove_subscription(&key);
         }
     }
 
