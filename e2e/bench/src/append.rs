@@ -22,6 +22,8 @@ pub struct Options {
     pub server_pids: Vec<u32>,
     /// Webhook subscriptions following the streams while they are appended to.
     pub subscriptions: usize,
+    /// Their consumer acknowledges every wake at once (else it keeps each wake open).
+    pub consumers_done: bool,
 }
 
 pub async fn run(client: Client, prefix: &str, label: &str, o: Options) -> Result<String, Error> {
@@ -51,7 +53,7 @@ pub async fn run(client: Client, prefix: &str, label: &str, o: Options) -> Resul
     let receiver = match o.subscriptions {
         0 => None,
         count => {
-            let receiver = crate::wake::start_receiver().await?;
+            let receiver = crate::wake::start_receiver(o.consumers_done).await?;
             crate::wake::subscribe(&client, &paths, count, &receiver).await?;
             Some(receiver)
         }

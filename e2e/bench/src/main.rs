@@ -93,6 +93,10 @@ enum Command {
         /// receiver in this process, while the appends run: what having them costs.
         #[arg(long, default_value_t = 0)]
         subscriptions: usize,
+        /// How their consumer answers a webhook: `done` (handled at once: every append wakes
+        /// them again) or `busy` (`{}`: each wake stays open for its lease).
+        #[arg(long, default_value = "done", value_parser = ["done", "busy"])]
+        consumers: String,
     },
     /// Wake latency of subscriptions.
     Wake {
@@ -175,6 +179,7 @@ fn main() {
                 buckets,
                 server_pids,
                 subscriptions,
+                consumers,
             } => {
                 let options = append::Options {
                     streams,
@@ -185,6 +190,7 @@ fn main() {
                     buckets,
                     server_pids,
                     subscriptions,
+                    consumers_done: consumers == "done",
                 };
                 append::run(client, &args.prefix, &args.label, options).await
             }

@@ -47,8 +47,11 @@ fn parse_offset(text: &str) -> Option<u64> {
         .checked_add(low.parse().ok()?)
 }
 
-/// Listens on loopback and answers every webhook `{"done": true}`.
-pub async fn start_receiver() -> Result<Receiver, Error> {
+/// Listens on loopback and answers every webhook `{"done": true}` (`done`: the consumer
+/// handled the wake at once) or `{}` (it is still at work: the wake stays open, and new data
+/// wakes nobody until its lease lapses).
+pub async fn start_receiver(done: bool) -> Result<Receiver, Error> {
+    let answer: &'static [u8] = if done { br#"{"done":true}"# } else { b"{}" };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}/webhook", listener.local_addr()?);
     let arrivals = Arc::new(Mutex::new(Vec::new()));
@@ -89,7 +92,7 @@ pub async fn start_receiver() -> Result<Receiver, Error> {
                                 tails,
                             });
                             Ok::<_, hyper::Error>(hyper::Response::new(Full::new(
-                                Bytes::from_static(br#"{"done":true}"#),
+                                Bytes::from_static(answer),
                             )))
                         }
                     },
@@ -172,7 +175,7 @@ pub async fn run(client: Client, prefix: &str, label: &str, o: Options) -> Resul
     for path in paths.iter() {
         client.create(path, "application/octet-stream").await?;
     }
-    let receiver = start_receiver().await?;
+    let receiver = start_receiver(true).await?;
     let ids = subscribe(&client, &paths, o.subscriptions, &receiver).await?;
     // Appends, each with its stream, when it was acknowledged and the tail it made.
     let appended: Arc<Mutex<Vec<(usize, Instant, u64)>>> = Arc::new(Mutex::new(Vec::new()));

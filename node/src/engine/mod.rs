@@ -441,6 +441,11 @@ impl Engine {
         self.registry.subscriptions()
     }
 
+    /// The group's subscriptions changed since the last call (one caller: the deliverer).
+    pub fn take_changed_subscriptions(&self) -> Vec<(String, String)> {
+        self.registry.take_changed_subscriptions()
+    }
+
     /// Changes whenever one of the group's subscriptions does.
     pub fn watch_subscriptions(&self) -> tokio::sync::watch::Receiver<u64> {
         self.registry.watch_subscriptions()

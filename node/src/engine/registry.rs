@@ -292,6 +292,8 @@ pub struct Registry {
     hurry: std::sync::atomic::AtomicBool,
     /// Bumped whenever a subscription changes; the leader's deliverer waits on it.
     subscriptions_changed: watch::Sender<u64>,
+    /// The subscriptions changed since the deliverer last took them.
+    changed_subscriptions: Mutex<std::collections::HashSet<(String, String)>>,
 }
 
 impl Registry {
@@ -303,7 +305,17 @@ impl Registry {
             applier: parking_lot::Mutex::new(None),
             hurry: std::sync::atomic::AtomicBool::new(false),
             subscriptions_changed: watch::channel(0).0,
+            changed_subscriptions: Mutex::new(Default::default()),
         }
+    }
+
+    /// The subscriptions changed (or deleted) since the last call.
+    pub fn take_changed_subscriptions(&self) -> Vec<(String, String)> {
+        let mut changed = self.changed_subscriptions.lock();
+        if changed.is_empty() {
+            return Vec::new();
+        }
+        changed.drain().collect()
     }
 
     pub fn subscription(&self, bucket: &str, id: &str) -> Option<Arc<Subscription>> {
@@ -416,6 +428,9 @@ impl Registry {
             }
             maps.by_id.insert(meta.id, handle);
         }
+        self.changed_subscriptions
+            .lock()
+            .extend(maps.subscriptions.keys().cloned());
         drop(maps);
         self.subscriptions_changed.send_modify(|v| *v += 1);
     }
@@ -518,11 +533,14 @@ impl Registry {
                     }
                     Effect::PutSubscription(sub) => {
                         let key = (sub.bucket.clone(), sub.id.clone());
+                        self.changed_subscriptions.lock().insert(key.clone());
                         maps.subscriptions.insert(key, sub.clone());
                         subscriptions_changed = true;
                     }
                     Effect::DeleteSubscription { bucket, id } => {
-                        maps.subscriptions.remove(&(bucket.clone(), id.clone()));
+                        let key = (bucket.clone(), id.clone());
+                        maps.subscriptions.remove(&key);
+                        self.changed_subscriptions.lock().insert(key);
                         subscriptions_changed = true;
                     }
                     Effect::DeleteRecordsBelow { stream_id, offset } => {

@@ -50,8 +50,18 @@ pub enum Report {
     },
 }
 
-#[derive(Debug, Default)]
+/// What the deliverer looks at: every subscription (when it starts to lead), the ones that
+/// changed since it last looked (each with its state now; `None` once deleted), or the open
+/// wakes it knows of again, for their clocks (leases, retries).
+pub enum Seen<'a> {
+    Everything(&'a [Arc<Subscription>]),
+    Changes(&'a [(Key, Option<Arc<Subscription>>)]),
+    Tick,
+}
+
+#[derive(Debug)]
 struct Attempt {
+    sub: Arc<Subscription>,
     generation: u64,
     in_flight: bool,
     delivered: bool,
@@ -64,12 +74,18 @@ struct Attempt {
 #[derive(Debug, Default)]
 pub struct Planner {
     led: bool,
+    /// Every open wake, as last seen.
     attempts: HashMap<Key, Attempt>,
 }
 
 impl Planner {
+    /// Whether it has seen everything since it began to lead (else it needs `Everything`).
+    pub fn leading(&self) -> bool {
+        self.led
+    }
+
     /// `leads`: this node leads the group and has applied its log.
-    pub fn plan(&mut self, leads: bool, subs: &[Arc<Subscription>], now_ms: u64) -> Vec<Action> {
+    pub fn plan(&mut self, leads: bool, seen: Seen<'_>, now_ms: u64) -> Vec<Action> {
         if !leads {
             self.led = false;
             self.attempts.clear();
@@ -77,24 +93,37 @@ impl Planner {
         }
         let takeover = !self.led;
         self.led = true;
+        let look_at: Vec<Key> = match seen {
+            Seen::Everything(subs) => {
+                self.attempts.clear();
+                subs.iter()
+                    .filter_map(|sub| self.see(sub.clone()))
+                    .collect()
+            }
+            Seen::Changes(changes) => changes
+                .iter()
+                .filter_map(|(key, sub)| match sub {
+                    Some(sub) => self.see(sub.clone()),
+                    None => {
+                        self.attempts.remove(key);
+                        None
+                    }
+                })
+                .collect(),
+            Seen::Tick => self.attempts.keys().cloned().collect(),
+        };
         let mut actions = Vec::new();
-        let mut open = Vec::with_capacity(subs.len());
-        for sub in subs {
-            let Some(wake) = &sub.wake else {
+        for key in look_at {
+            let Some(attempt) = self.attempts.get_mut(&key) else {
                 continue;
             };
-            let key = (sub.bucket.clone(), sub.id.clone());
-            let attempt = self.attempts.entry(key.clone()).or_default();
-            open.push(key);
-            if attempt.generation != wake.generation {
-                *attempt = Attempt {
-                    generation: wake.generation,
-                    ..Default::default()
-                };
-            }
             if attempt.reissue_asked || attempt.in_flight {
                 continue;
             }
+            let sub = &attempt.sub;
+            let Some(wake) = &sub.wake else {
+                continue;
+            };
             let webhook = matches!(sub.spec.delivery, Delivery::Webhook { .. });
             let lapsed = wake.lease_until_ms != 0 && now_ms >= wake.lease_until_ms;
             if lapsed || (webhook && takeover) {
@@ -109,11 +138,33 @@ impl Planner {
                 actions.push(Action::Deliver(sub.clone()));
             }
         }
-        if open.len() < self.attempts.len() {
-            let open: std::collections::HashSet<Key> = open.into_iter().collect();
-            self.attempts.retain(|key, _| open.contains(key));
-        }
         actions
+    }
+
+    /// Takes in a subscription's state: an open wake is kept (a new generation starts
+    /// afresh); answers its key when it has one.
+    fn see(&mut self, sub: Arc<Subscription>) -> Option<Key> {
+        let key = (sub.bucket.clone(), sub.id.clone());
+        let Some(generation) = sub.wake.as_ref().map(|w| w.generation) else {
+            self.attempts.remove(&key);
+            return None;
+        };
+        match self.attempts.get_mut(&key) {
+            Some(attempt) if attempt.generation == generation => attempt.sub = sub,
+            _ => {
+                let attempt = Attempt {
+                    sub,
+                    generation,
+                    in_flight: false,
+                    delivered: false,
+                    failures: 0,
+                    next_at_ms: 0,
+                    reissue_asked: false,
+                };
+                self.attempts.insert(key.clone(), attempt);
+            }
+        }
+        Some(key)
     }
 
     pub fn report(&mut self, report: Report, now_ms: u64) {
@@ -168,19 +219,37 @@ pub async fn run(
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        let mut ticked = false;
         tokio::select! {
             changed = changes.changed() => if changed.is_err() { return },
-            _ = tick.tick() => {}
+            _ = tick.tick() => ticked = true,
             Some(report) = reported.recv() => planner.report(report, now_ms()),
             () = until_stopping(&mut stopping) => return,
         }
         let leads = engine.leadership() == Leadership::Here && engine.applied_its_log();
-        let subs = if leads {
-            engine.subscriptions()
+        let changed = engine.take_changed_subscriptions();
+        let mut actions = Vec::new();
+        if !leads {
+            actions = planner.plan(false, Seen::Tick, now_ms());
+        } else if !planner.leading() {
+            let everything = engine.subscriptions();
+            actions = planner.plan(true, Seen::Everything(&everything), now_ms());
         } else {
-            Vec::new()
-        };
-        for action in planner.plan(leads, &subs, now_ms()) {
+            if !changed.is_empty() {
+                let changes: Vec<(Key, Option<Arc<Subscription>>)> = changed
+                    .into_iter()
+                    .map(|key| {
+                        let sub = engine.subscription(&key.0, &key.1);
+                        (key, sub)
+                    })
+                    .collect();
+                actions = planner.plan(true, Seen::Changes(&changes), now_ms());
+            }
+            if ticked {
+                actions.extend(planner.plan(true, Seen::Tick, now_ms()));
+            }
+        }
+        for action in actions {
             let (subscriptions, engine, reports) =
                 (subscriptions.clone(), engine.clone(), reports.clone());
             match action {

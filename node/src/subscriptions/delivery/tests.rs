@@ -49,6 +49,24 @@ fn names(actions: &[Action]) -> Vec<String> {
         .collect()
 }
 
+/// One turn of the deliverer's loop, as `run` takes it: everything when it begins to lead,
+/// else what changed (here: `subs`) and then the clocks of every open wake.
+fn step(planner: &mut Planner, leads: bool, subs: &[Arc<Subscription>], now: u64) -> Vec<Action> {
+    if !leads {
+        return planner.plan(false, Seen::Tick, now);
+    }
+    if !planner.leading() {
+        return planner.plan(true, Seen::Everything(subs), now);
+    }
+    let changes: Vec<(Key, Option<Arc<Subscription>>)> = subs
+        .iter()
+        .map(|sub| ((sub.bucket.clone(), sub.id.clone()), Some(sub.clone())))
+        .collect();
+    let mut actions = planner.plan(true, Seen::Changes(&changes), now);
+    actions.extend(planner.plan(true, Seen::Tick, now));
+    actions
+}
+
 fn just(sub: &Arc<Subscription>) -> [Arc<Subscription>; 1] {
     [sub.clone()]
 }
@@ -62,18 +80,18 @@ fn a_new_leader_reissues_open_webhook_wakes_then_delivers_each_generation_once()
     let mut planner = Planner::default();
     let open = sub("s", true, Some((1, NOW + 1_000, None)));
     let idle = sub("idle", true, None);
-    assert!(planner.plan(false, &just(&open), NOW).is_empty());
+    assert!(step(&mut planner, false, &just(&open), NOW).is_empty());
     // Taking over: the open wake goes out again under a new generation, once.
-    let first = planner.plan(true, &[open.clone(), idle.clone()], NOW);
+    let first = step(&mut planner, true, &[open.clone(), idle.clone()], NOW);
     assert_eq!(names(&first), ["reissue s g1"]);
-    assert!(planner.plan(true, &just(&open), NOW + 10).is_empty());
+    assert!(step(&mut planner, true, &just(&open), NOW + 10).is_empty());
     let reissued = sub("s", true, Some((2, NOW + 1_100, None)));
     assert_eq!(
-        names(&planner.plan(true, &just(&reissued), NOW + 100)),
+        names(&step(&mut planner, true, &just(&reissued), NOW + 100)),
         ["deliver s g2"]
     );
     // In flight, then taken: nothing more until the lease lapses.
-    assert!(planner.plan(true, &just(&reissued), NOW + 150).is_empty());
+    assert!(step(&mut planner, true, &just(&reissued), NOW + 150).is_empty());
     planner.report(
         Report::Delivered {
             key: key("s"),
@@ -82,9 +100,9 @@ fn a_new_leader_reissues_open_webhook_wakes_then_delivers_each_generation_once()
         },
         NOW + 200,
     );
-    assert!(planner.plan(true, &just(&reissued), NOW + 500).is_empty());
+    assert!(step(&mut planner, true, &just(&reissued), NOW + 500).is_empty());
     assert_eq!(
-        names(&planner.plan(true, &[reissued], NOW + 1_100)),
+        names(&step(&mut planner, true, &[reissued], NOW + 1_100)),
         ["reissue s g2"]
     );
 }
@@ -93,9 +111,9 @@ fn a_new_leader_reissues_open_webhook_wakes_then_delivers_each_generation_once()
 fn failures_back_off_and_a_late_report_of_an_old_generation_is_ignored() {
     let mut planner = Planner::default();
     let open = sub("s", true, Some((3, NOW + 60_000, None)));
-    planner.plan(true, &[], NOW);
+    step(&mut planner, true, &[], NOW);
     assert_eq!(
-        names(&planner.plan(true, &just(&open), NOW)),
+        names(&step(&mut planner, true, &just(&open), NOW)),
         ["deliver s g3"]
     );
     planner.report(
@@ -106,9 +124,9 @@ fn failures_back_off_and_a_late_report_of_an_old_generation_is_ignored() {
         },
         NOW,
     );
-    assert!(planner.plan(true, &just(&open), NOW + 499).is_empty());
+    assert!(step(&mut planner, true, &just(&open), NOW + 499).is_empty());
     assert_eq!(
-        names(&planner.plan(true, &just(&open), NOW + 500)),
+        names(&step(&mut planner, true, &just(&open), NOW + 500)),
         ["deliver s g3"]
     );
     assert_eq!(planner.failures(&key("s")), 1);
@@ -121,9 +139,9 @@ fn failures_back_off_and_a_late_report_of_an_old_generation_is_ignored() {
         NOW + 500,
     );
     // The second failure waits twice as long.
-    assert!(planner.plan(true, &just(&open), NOW + 1_499).is_empty());
+    assert!(step(&mut planner, true, &just(&open), NOW + 1_499).is_empty());
     assert_eq!(
-        names(&planner.plan(true, &just(&open), NOW + 1_500)),
+        names(&step(&mut planner, true, &just(&open), NOW + 1_500)),
         ["deliver s g3"]
     );
     planner.report(
@@ -135,7 +153,7 @@ fn failures_back_off_and_a_late_report_of_an_old_generation_is_ignored() {
         NOW + 1_600,
     );
     assert!(
-        planner.plan(true, &[open], NOW + 1_700).is_empty(),
+        step(&mut planner, true, &[open], NOW + 1_700).is_empty(),
         "still in flight"
     );
 }
@@ -143,13 +161,13 @@ fn failures_back_off_and_a_late_report_of_an_old_generation_is_ignored() {
 #[test]
 fn pull_wakes_are_only_reissued_when_a_claim_lapses_and_leadership_loss_forgets_everything() {
     let mut planner = Planner::default();
-    planner.plan(true, &[], NOW);
+    step(&mut planner, true, &[], NOW);
     let unclaimed = sub("p", false, Some((1, 0, None)));
-    assert!(planner.plan(true, &[unclaimed], NOW + 5_000).is_empty());
+    assert!(step(&mut planner, true, &[unclaimed], NOW + 5_000).is_empty());
     let claimed = sub("p", false, Some((1, NOW + 1_000, Some("w1"))));
-    assert!(planner.plan(true, &just(&claimed), NOW + 999).is_empty());
+    assert!(step(&mut planner, true, &just(&claimed), NOW + 999).is_empty());
     assert_eq!(
-        names(&planner.plan(true, &just(&claimed), NOW + 1_000)),
+        names(&step(&mut planner, true, &just(&claimed), NOW + 1_000)),
         ["reissue p g1"]
     );
     planner.report(
@@ -160,14 +178,14 @@ fn pull_wakes_are_only_reissued_when_a_claim_lapses_and_leadership_loss_forgets_
         NOW + 1_001,
     );
     assert_eq!(
-        names(&planner.plan(true, &just(&claimed), NOW + 1_100)),
+        names(&step(&mut planner, true, &just(&claimed), NOW + 1_100)),
         ["reissue p g1"]
     );
     // Losing the group, then leading it again: a takeover once more.
-    assert!(planner.plan(false, &[claimed], NOW + 1_200).is_empty());
+    assert!(step(&mut planner, false, &[claimed], NOW + 1_200).is_empty());
     let webhook = sub("s", true, Some((4, NOW + 9_000, None)));
     assert_eq!(
-        names(&planner.plan(true, &[webhook], NOW + 1_300)),
+        names(&step(&mut planner, true, &[webhook], NOW + 1_300)),
         ["reissue s g4"]
     );
 }
