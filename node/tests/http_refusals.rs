@@ -599,11 +599,16 @@ async fn compat_family_and_bucket_family_name_the_same_stream() {
         StatusCode::CREATED
     );
     assert_eq!(contents(&node, "/default/a%2Fb").await, "x");
-    let reserved = node
+    // `__ds` is the subscription APIs' root, no stream; their refusals have the protocol's shape.
+    let reserved = node.client.put("/v1/stream/__ds", &[TEXT], "").await;
+    assert_refused(&reserved, StatusCode::NOT_FOUND, "NotFound");
+    let empty = node
         .client
         .put("/v1/stream/__ds/subscriptions/x", &[TEXT], "")
         .await;
-    assert_refused(&reserved, StatusCode::NOT_FOUND, "NotFound");
+    assert_eq!(empty.status, StatusCode::BAD_REQUEST, "{}", empty.text());
+    let body: serde_json::Value = serde_json::from_slice(&empty.body).expect("JSON");
+    assert_eq!(body["error"]["code"], "INVALID_JSON");
 }
 
 #[tokio::test]
