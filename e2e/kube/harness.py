@@ -7,6 +7,7 @@ import http.client
 import json
 import os
 import pathlib
+import shutil
 import signal
 import socket
 import subprocess
@@ -308,16 +309,38 @@ class VoterProcesses(threading.Thread):
             self.passes += 1
             time.sleep(0.3)
 
-    def wait_synced(self):
+    def wait_synced(self, voters=None):
         """Until a whole pass over the pods, started after this call, changed nothing: every
-        voter pod has its process, and no process outlives its pod."""
+        voter pod has its process, and no process outlives its pod; with `voters`, until that
+        many pods have theirs (a StatefulSet's pods can come after the test's first look)."""
         start = self.passes
         wait_for(
             "the test kubelet to catch up",
-            lambda: self.passes >= start + 2 and self.quiet,
+            lambda: self.passes >= start + 2
+            and self.quiet
+            and (voters is None or len(self.running) == voters),
             timeout=60,
             every=0.1,
         )
+
+    def report(self, lines=15):
+        """What a failed test prints about the voters: the kubelet's last steps and error, and
+        each voter process's state and the end of its log."""
+        disk = shutil.disk_usage(self.workdir)
+        out = [
+            f"kubelet: {self.log[-12:]}",
+            f"kubelet error: {self.error!r}",
+            f"load average: {os.getloadavg()}; disk free: {disk.free // 2**20} MiB",
+        ]
+        for ordinal, (_, process) in sorted(self.running.items()):
+            state = "not run" if process is None else (
+                "running" if process.poll() is None else f"exited {process.returncode}"
+            )
+            out.append(f"voter {ordinal}: {state}; end of its log:")
+            log = self.workdir / f"voter-{ordinal}.log"
+            if log.exists():
+                out += log.read_text(errors="replace").splitlines()[-lines:]
+        return "\n".join(out)
 
     def shutdown(self):
         self.stopping.set()

@@ -152,13 +152,16 @@ class CertManager(unittest.TestCase):
             voters = VoterProcesses(work, ns=NS, release=NAME)
             voters.start()
             try:
-                voters.wait_synced()
-                wait_for(
-                    "the voters to elect a leader over mutual TLS",
-                    lambda: request("PUT", 0, "/certified")[0] in (200, 201),
-                    timeout=90,
-                    every=1,
-                )
+                try:
+                    voters.wait_synced(VOTERS)
+                    wait_for(
+                        "the voters to elect a leader over mutual TLS",
+                        lambda: request("PUT", 0, "/certified")[0] in (200, 201),
+                        timeout=90,
+                        every=1,
+                    )
+                except AssertionError as error:
+                    raise AssertionError(f"{error}\n{voters.report()}") from None
                 status_code, _ = request(
                     "PUT", 1, "/certified/log", headers={"Content-Type": "text/plain"},
                     body=b"through cert-manager's certificates\n",

@@ -184,9 +184,13 @@ class ClusterLifecycle(unittest.TestCase):
 
     def diagnostics(self):
         tail = self.operator_log.read_text(errors="replace").splitlines()[-30:]
+        try:
+            status = json.dumps(cluster_status())
+        except Exception as error:  # a control plane too slow to answer is itself the news
+            status = f"unreadable: {error!r}"
         return "\n".join(
-            [f"status: {json.dumps(cluster_status())}", "operator log:", *tail]
-            + [f"voters: {self.voters.log[-12:]}", f"kubelet error: {self.voters.error!r}"]
+            [f"status: {status}", "operator log:", *tail]
+            + [self.voters.report()]
         )
 
     def wait_settled(self, version, timeout=180):

@@ -8,7 +8,7 @@ use http::StatusCode;
 use serde_json::{Value, json};
 use support::gateway;
 use ursula_testkit::node::NodeProcess;
-use ursula_testkit::webhook::Receiver;
+use ursula_testkit::webhook::{self, Receiver};
 use ursula_testkit::{Http, Reply};
 
 const JSON: (&str, &str) = ("content-type", "application/json");
@@ -86,16 +86,8 @@ async fn subscription_refusals_and_callbacks_go_through_the_gateway() {
         })
         .await
         .expect("a webhook");
-    let token = format!(
-        "Bearer {}",
-        wake.body["callback_token"].as_str().unwrap_or_default()
-    );
-    let ack = json!({
-        "wake_id": wake.body["wake_id"],
-        "generation": wake.body["generation"],
-        "acks": [{ "stream": "events/one", "offset": tail }],
-        "done": true,
-    });
+    let token = webhook::bearer(&wake.body);
+    let ack = webhook::done_ack(&wake.body, "events/one", &tail);
     let callback = url(&format!("{sub}/callback"));
     let acked = http
         .request(

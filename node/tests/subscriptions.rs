@@ -12,7 +12,7 @@ use http::{Method, StatusCode};
 use serde_json::{Value, json};
 use ursula_testkit::cluster::TestCluster;
 use ursula_testkit::node::NodeProcess;
-use ursula_testkit::webhook::{Delivery, Receiver};
+use ursula_testkit::webhook::{self, Delivery, Receiver};
 use ursula_testkit::{Client, Reply, runtime};
 
 const JSON: &[(&str, &str)] = &[("content-type", "application/json")];
@@ -162,62 +162,22 @@ fn a_webhook_keeps_being_delivered_when_its_groups_leader_is_killed() {
             &body(&cluster.voters[follower].client().get(&jwks_url).await)
         ));
 
-        let ack = |delivery: &Delivery| {
-            json!({
-                "wake_id": delivery.body["wake_id"],
-                "generation": delivery.body["generation"],
-                "acks": [{ "stream": "events/a", "offset": tail }],
-                "done": true,
-            })
-        };
         let callback = path_of(second.body["callback_url"].as_str().expect("callback_url"));
-        let bearer = |d: &Delivery| {
-            format!(
-                "Bearer {}",
-                d.body["callback_token"].as_str().unwrap_or_default()
-            )
-        };
-        let stale_token = bearer(&first);
-        let stale = send(
-            &cluster,
-            follower,
-            Method::POST,
-            &callback,
-            &[
+        // An acknowledgement, through a follower, of `wake` that it is done, with `bearer`.
+        let ack = async |wake: &Delivery, bearer: &str| {
+            let done = webhook::done_ack(&wake.body, "events/a", &tail);
+            let headers = [
                 ("content-type", "application/json"),
-                ("authorization", &stale_token),
-            ],
-            ack(&first),
-        )
-        .await;
+                ("authorization", bearer),
+            ];
+            send(&cluster, follower, Method::POST, &callback, &headers, done).await
+        };
+        let stale = ack(&first, &webhook::bearer(&first.body)).await;
         assert_eq!(stale.status, StatusCode::CONFLICT, "{}", stale.text());
         assert_eq!(body(&stale)["error"]["code"], "FENCED");
-        let token = bearer(&second);
-        let forged = send(
-            &cluster,
-            follower,
-            Method::POST,
-            &callback,
-            &[
-                ("content-type", "application/json"),
-                ("authorization", "Bearer bm90LWEtdG9rZW4"),
-            ],
-            ack(&second),
-        )
-        .await;
+        let forged = ack(&second, "Bearer bm90LWEtdG9rZW4").await;
         assert_eq!(forged.status, StatusCode::UNAUTHORIZED, "{}", forged.text());
-        let acked = send(
-            &cluster,
-            follower,
-            Method::POST,
-            &callback,
-            &[
-                ("content-type", "application/json"),
-                ("authorization", &token),
-            ],
-            ack(&second),
-        )
-        .await;
+        let acked = ack(&second, &webhook::bearer(&second.body)).await;
         assert_eq!(acked.status, StatusCode::OK, "{}", acked.text());
         assert_eq!(body(&acked), json!({ "ok": true, "next_wake": false }));
 
@@ -282,14 +242,8 @@ fn a_pull_wake_claim_whose_lease_runs_out_goes_to_another_worker() {
         let second = body(&second);
         assert!(second["generation"].as_u64() > first["generation"].as_u64(), "{second}");
         let ack = |claimed: &Value| {
-            let token = format!("Bearer {}", claimed["token"].as_str().unwrap_or_default());
-            let body = json!({
-                "wake_id": claimed["wake_id"],
-                "generation": claimed["generation"],
-                "acks": [{ "stream": "jobs/1", "offset": tail }],
-                "done": true,
-            });
-            (token, body.to_string())
+            let body = webhook::done_ack(claimed, "jobs/1", &tail);
+            (webhook::bearer(claimed), body.to_string())
         };
         let (token, late) = ack(&first);
         let fenced = client

@@ -124,3 +124,20 @@ impl Drop for Receiver {
         self.server.abort();
     }
 }
+
+/// The `Authorization` a consumer sends to acknowledge `wake`: a webhook body's
+/// `callback_token`, or a claim answer's `token`.
+pub fn bearer(wake: &serde_json::Value) -> String {
+    let token = wake["callback_token"].as_str().or(wake["token"].as_str());
+    format!("Bearer {}", token.unwrap_or_default())
+}
+
+/// A consumer's acknowledgement of `wake` that it is done: `stream` read up to `offset`.
+pub fn done_ack(wake: &serde_json::Value, stream: &str, offset: &str) -> serde_json::Value {
+    serde_json::json!({
+        "wake_id": wake["wake_id"],
+        "generation": wake["generation"],
+        "acks": [{ "stream": stream, "offset": offset }],
+        "done": true,
+    })
+}

@@ -1,11 +1,14 @@
 //! The client listener's route table, as the API overview lists the resources, and the thin
 //! handlers that hand each route's extracted request to its module under `handlers`.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{Request, State};
 use axum::routing::{MethodRouter, delete, get, post, put};
+use bytes::Bytes;
+use http::request::Parts;
 use http::{Method, Response, Uri};
 
 use super::error::ApiError;
@@ -134,13 +137,22 @@ async fn jwks(State(app): State<Arc<App>>) -> Response<Body> {
     handlers::subscriptions::jwks(&app)
 }
 
-async fn put_subscription(State(app): State<Arc<App>>, write: Admitted<Ds>) -> Answered {
+/// A `__ds` write: its refusals in the protocol's shape.
+async fn ds_write<F>(write: Admitted<Ds>, handler: impl FnOnce(Ds, Parts, Bytes) -> F) -> Answered
+where
+    F: Future<Output = Answered>,
+{
     write
-        .answer(async |ds, parts, body| {
-            let answer = handlers::subscriptions::put(&app, &parts, body, ds).await;
-            answer.map_err(ApiError::in_protocol_shape)
-        })
+        .answer(handler)
         .await
+        .map_err(ApiError::in_protocol_shape)
+}
+
+async fn put_subscription(State(app): State<Arc<App>>, write: Admitted<Ds>) -> Answered {
+    ds_write(write, async |ds, parts, body| {
+        handlers::subscriptions::put(&app, &parts, body, ds).await
+    })
+    .await
 }
 
 async fn get_subscription(State(app): State<Arc<App>>, Led(ds): Led<Ds>) -> Answered {
@@ -148,39 +160,31 @@ async fn get_subscription(State(app): State<Arc<App>>, Led(ds): Led<Ds>) -> Answ
 }
 
 async fn delete_subscription(State(app): State<Arc<App>>, write: Admitted<Ds>) -> Answered {
-    write
-        .answer(async |ds, _, _| {
-            let answer = handlers::subscriptions::delete(&app, ds).await;
-            answer.map_err(ApiError::in_protocol_shape)
-        })
-        .await
+    ds_write(write, async |ds, _, _| {
+        handlers::subscriptions::delete(&app, ds).await
+    })
+    .await
 }
 
 async fn link_streams(State(app): State<Arc<App>>, write: Admitted<Ds>) -> Answered {
-    write
-        .answer(async |ds, _, body| {
-            let answer = handlers::subscriptions::link(&app, body, ds).await;
-            answer.map_err(ApiError::in_protocol_shape)
-        })
-        .await
+    ds_write(write, async |ds, _, body| {
+        handlers::subscriptions::link(&app, body, ds).await
+    })
+    .await
 }
 
 async fn unlink_stream(State(app): State<Arc<App>>, write: Admitted<Ds>) -> Answered {
-    write
-        .answer(async |ds, _, _| {
-            let answer = handlers::subscriptions::unlink(&app, ds).await;
-            answer.map_err(ApiError::in_protocol_shape)
-        })
-        .await
+    ds_write(write, async |ds, _, _| {
+        handlers::subscriptions::unlink(&app, ds).await
+    })
+    .await
 }
 
 async fn wake_action(State(app): State<Arc<App>>, write: Admitted<Ds>) -> Answered {
-    write
-        .answer(async |ds, parts, body| {
-            let answer = handlers::subscriptions::wake_action(&app, &parts, body, ds).await;
-            answer.map_err(ApiError::in_protocol_shape)
-        })
-        .await
+    ds_write(write, async |ds, parts, body| {
+        handlers::subscriptions::wake_action(&app, &parts, body, ds).await
+    })
+    .await
 }
 
 async fn read(

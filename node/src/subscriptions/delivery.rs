@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::Subscriptions;
 use crate::engine::{Engine, Leadership, now_ms};
-use crate::machine::subscription::{Delivery, SubscriptionAction, WakeRef};
+use crate::machine::subscription::{Delivery, SubscriptionAction};
 use crate::machine::{Command, Subscription, SubscriptionCommand};
 use crate::shutdown::until_stopping;
 
@@ -301,12 +301,9 @@ impl Subscriptions {
         let (Some(wake), Delivery::Webhook { url }) = (&sub.wake, &sub.spec.delivery) else {
             return false;
         };
-        let wake = WakeRef {
-            wake_id: wake.id.clone(),
-            generation: wake.generation,
-        };
+        let wake = wake.reference();
         let views = sub.views(|name| engine.tail_of(&sub.bucket, name));
-        let body = super::view::wake(sub, &wake, &views, &self.key).to_string();
+        let body = super::view::webhook(sub, &wake, &views, &self.key).to_string();
         let acks: Vec<(String, u64)> = views
             .iter()
             .map(|view| (view.path.to_owned(), view.tail))

@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use super::signing::SigningKey;
 use crate::machine::Subscription;
-use crate::machine::subscription::{Delivery, LinkKind, LinkView, WakeRef};
+use crate::machine::subscription::{Delivery, LinkKind, LinkView, Wake, WakeRef};
 use crate::offset;
 
 /// `{root}/__ds/...` of a subscription.
@@ -88,18 +88,35 @@ pub fn subscription(sub: &Subscription, views: &[LinkView<'_>], key: &SigningKey
     Value::Object(fields)
 }
 
-/// What a consumer is given for a wake: a webhook request's body, or a claim's answer.
-pub fn wake(sub: &Subscription, wake: &WakeRef, views: &[LinkView<'_>], key: &SigningKey) -> Value {
-    let token = key.wake_token(sub, wake);
+/// What a webhook is sent for a wake: where and with which token to acknowledge it.
+pub fn webhook(
+    sub: &Subscription,
+    wake: &WakeRef,
+    views: &[LinkView<'_>],
+    key: &SigningKey,
+) -> Value {
+    let mut body = wake_fields(sub, wake, views);
+    body["callback_url"] = callback_url(sub).into();
+    body["callback_token"] = key.wake_token(sub, wake).into();
+    body
+}
+
+/// What a pull-wake worker's claim answers: the wake, the token its acks carry, the holder.
+pub fn claimed(sub: &Subscription, wake: &Wake, views: &[LinkView<'_>], key: &SigningKey) -> Value {
+    let reference = wake.reference();
+    let mut body = wake_fields(sub, &reference, views);
+    body["token"] = key.wake_token(sub, &reference).into();
+    body["worker"] = wake.holder.clone().into();
+    body
+}
+
+fn wake_fields(sub: &Subscription, wake: &WakeRef, views: &[LinkView<'_>]) -> Value {
     json!({
         "subscription_id": sub.id,
         "wake_id": wake.wake_id,
         "generation": wake.generation,
         "lease_ttl_ms": sub.spec.lease_ttl_ms,
         "streams": streams(views),
-        "callback_url": callback_url(sub),
-        "callback_token": token,
-        "token": token,
     })
 }
 

@@ -96,12 +96,37 @@ async fn propose(
     Ok(answer?)
 }
 
-fn answer(app: &App, sub: &Subscription, status: StatusCode) -> Result<Response<Body>, ApiError> {
+fn answer(app: &App, sub: &Subscription, status: StatusCode) -> Answered {
     let engine = app.engine(&sub.bucket)?;
     let views = sub.views(|name| engine.tail_of(&sub.bucket, name));
     Ok(json(
         status,
         &view::subscription(sub, &views, &app.subscriptions.key),
+    ))
+}
+
+/// `POST .../claim`: the subscription's wake, now held by the worker.
+async fn claim(app: &App, body: Bytes, ds: &Ds) -> Answered {
+    let ClaimBody { worker } = parse(&body)?;
+    if worker.is_empty() || worker.len() > MAX_WORKER {
+        return Err(invalid(format!("worker: 1 to {MAX_WORKER} bytes")));
+    }
+    let SubscriptionOutcome::Claimed { subscription: sub } =
+        propose(app, ds, SubscriptionAction::Claim { worker }, None).await?
+    else {
+        return Err(ApiError::new(
+            ErrorToken::Internal,
+            "unexpected outcome of a claim",
+        ));
+    };
+    let Some(wake) = &sub.wake else {
+        return Err(ApiError::new(ErrorToken::Internal, "a claim left no wake"));
+    };
+    let engine = app.engine(&sub.bucket)?;
+    let views = sub.views(|name| engine.tail_of(&sub.bucket, name));
+    Ok(json(
+        StatusCode::OK,
+        &view::claimed(&sub, wake, &views, &app.subscriptions.key),
     ))
 }
 
@@ -302,34 +327,7 @@ struct ClaimBody {
 /// `POST .../callback`, `.../ack` (both also heartbeats), `.../release` and `.../claim`.
 pub async fn wake_action(app: &App, parts: &Parts, body: Bytes, ds: Ds) -> Answered {
     if let DsResource::Claim(_) = ds.resource {
-        let ClaimBody { worker } = parse(&body)?;
-        if worker.is_empty() || worker.len() > MAX_WORKER {
-            return Err(invalid(format!("worker: 1 to {MAX_WORKER} bytes")));
-        }
-        let SubscriptionOutcome::Claimed { subscription } =
-            propose(app, &ds, SubscriptionAction::Claim { worker }, None).await?
-        else {
-            return Err(ApiError::new(
-                ErrorToken::Internal,
-                "unexpected outcome of a claim",
-            ));
-        };
-        let Some(wake) = &subscription.wake else {
-            return Err(ApiError::new(ErrorToken::Internal, "a claim left no wake"));
-        };
-        let wake = WakeRef {
-            wake_id: wake.id.clone(),
-            generation: wake.generation,
-        };
-        let engine = app.engine(&ds.bucket)?;
-        let views = subscription.views(|name| engine.tail_of(&ds.bucket, name));
-        let mut body = view::wake(&subscription, &wake, &views, &app.subscriptions.key);
-        body["worker"] = subscription
-            .wake
-            .as_ref()
-            .and_then(|w| w.holder.clone())
-            .into();
-        return Ok(json(StatusCode::OK, &body));
+        return claim(app, body, &ds).await;
     }
     let releases = matches!(ds.resource, DsResource::Release(_));
     let body: AckBody = parse(&body)?;

@@ -67,6 +67,16 @@ pub struct Wake {
     pub lease_until_ms: u64,
 }
 
+impl Wake {
+    /// The wake as a consumer names it.
+    pub fn reference(&self) -> WakeRef {
+        WakeRef {
+            wake_id: self.id.clone(),
+            generation: self.generation,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Subscription {
     pub bucket: String,
