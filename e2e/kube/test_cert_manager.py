@@ -152,16 +152,13 @@ class CertManager(unittest.TestCase):
             voters = VoterProcesses(work, ns=NS, release=NAME)
             voters.start()
             try:
-                try:
-                    voters.wait_synced(VOTERS)
-                    wait_for(
-                        "the voters to elect a leader over mutual TLS",
-                        lambda: request("PUT", 0, "/certified")[0] in (200, 201),
-                        timeout=90,
-                        every=1,
-                    )
-                except AssertionError as error:
-                    raise AssertionError(f"{error}\n{voters.report()}") from None
+                voters.wait_synced(VOTERS)
+                wait_for(
+                    "the voters to elect a leader over mutual TLS",
+                    lambda: request("PUT", 0, "/certified")[0] in (200, 201),
+                    timeout=90,
+                    every=1,
+                )
                 status_code, _ = request(
                     "PUT", 1, "/certified/log", headers={"Content-Type": "text/plain"},
                     body=b"through cert-manager's certificates\n",
@@ -169,6 +166,8 @@ class CertManager(unittest.TestCase):
                 self.assertEqual(status_code, 201)
                 status_code, body = request("GET", 2, "/certified/log?offset=-1")
                 self.assertEqual((status_code, body), (200, b"through cert-manager's certificates\n"))
+            except AssertionError as error:
+                raise AssertionError(f"{error}\n{voters.report()}") from None
             finally:
                 voters.shutdown()
         kubectl("delete", "namespace", NS, "--wait=false")

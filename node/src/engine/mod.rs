@@ -27,6 +27,7 @@ pub use read::{ReadError, Slice};
 pub use registry::{RenderKey, Rendered, StreamHandle};
 
 use crate::config::WalConfig;
+use crate::machine::subscription::LinkView;
 use crate::machine::{
     BucketState, Command, Limits, Machine, Outcome, StreamMeta, StreamPath, Subscription,
 };
@@ -451,9 +452,9 @@ impl Engine {
         self.registry.watch_subscriptions()
     }
 
-    /// The tail of the live stream `name` of `bucket`, as readers see it.
-    pub fn tail_of(&self, bucket: &str, name: &str) -> Option<u64> {
-        self.registry.tail_of(&StreamPath::new(bucket, name))
+    /// The subscription's links, each with its stream's tail as readers see it.
+    pub fn link_views<'a>(&self, sub: &'a Subscription) -> Vec<LinkView<'a>> {
+        sub.views(|name| self.registry.tail_of(&StreamPath::new(&sub.bucket, name)))
     }
 
     /// A snapshot body. Bodies are read from redb, so this first waits until redb holds the

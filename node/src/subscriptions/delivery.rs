@@ -302,7 +302,7 @@ impl Subscriptions {
             return false;
         };
         let wake = wake.reference();
-        let views = sub.views(|name| engine.tail_of(&sub.bucket, name));
+        let views = engine.link_views(sub);
         let body = super::view::webhook(sub, &wake, &views, &self.key).to_string();
         let acks: Vec<(String, u64)> = views
             .iter()

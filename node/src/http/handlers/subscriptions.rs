@@ -97,8 +97,7 @@ async fn propose(
 }
 
 fn answer(app: &App, sub: &Subscription, status: StatusCode) -> Answered {
-    let engine = app.engine(&sub.bucket)?;
-    let views = sub.views(|name| engine.tail_of(&sub.bucket, name));
+    let views = app.engine(&sub.bucket)?.link_views(sub);
     Ok(json(
         status,
         &view::subscription(sub, &views, &app.subscriptions.key),
@@ -122,8 +121,7 @@ async fn claim(app: &App, body: Bytes, ds: &Ds) -> Answered {
     let Some(wake) = &sub.wake else {
         return Err(ApiError::new(ErrorToken::Internal, "a claim left no wake"));
     };
-    let engine = app.engine(&sub.bucket)?;
-    let views = sub.views(|name| engine.tail_of(&sub.bucket, name));
+    let views = app.engine(&sub.bucket)?.link_views(&sub);
     Ok(json(
         StatusCode::OK,
         &view::claimed(&sub, wake, &views, &app.subscriptions.key),
