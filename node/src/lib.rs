@@ -59,6 +59,8 @@ pub struct Node {
     admin: Arc<admin::Admin>,
     stopping: tokio::sync::watch::Sender<bool>,
     client_server: tokio::task::JoinHandle<()>,
+    /// A voter's Raft groups and cluster listener, stopped after its clients.
+    replication: Option<cluster::stop::Replication>,
     grace: Duration,
 }
 
@@ -81,6 +83,9 @@ impl Node {
             .is_err()
         {
             tracing::warn!("requests still in flight after the shutdown grace; stopping anyway");
+        }
+        if let Some(replication) = self.replication {
+            replication.stop().await;
         }
     }
 }
@@ -106,85 +111,92 @@ pub async fn start(config: Config) -> Result<Node, StartError> {
         None => None,
     };
     let (stopping, stop_signal) = tokio::sync::watch::channel(false);
-    let (groups, log_bytes, cluster_addr, transport) = match ClusterView::from_config(&config) {
-        None => {
-            let settings = EngineSettings {
-                limits: config.limits(),
-                wal: &config.raft.wal,
-                request_timeout: config.server.request_timeout,
-                max_uncommitted: u64::MAX,
-                tail_cache_bytes: engine::TAIL_CACHE_BYTES,
-                metrics: Default::default(),
-            };
-            let engine = Engine::open(&config.data_dir, settings, Sequencer::Local).await?;
-            match engine
-                .propose(Command::CreateBucket {
-                    bucket: config.server.compat_bucket.clone(),
-                })
-                .await
-            {
-                Ok(_) | Err(EngineError::Refused(Refusal::BucketFenced(_))) => {}
-                Err(error) => return Err(error.into()),
+    let (groups, log_bytes, cluster_addr, transport, replication) =
+        match ClusterView::from_config(&config) {
+            None => {
+                let settings = EngineSettings {
+                    limits: config.limits(),
+                    wal: &config.raft.wal,
+                    request_timeout: config.server.request_timeout,
+                    max_uncommitted: u64::MAX,
+                    tail_cache_bytes: engine::TAIL_CACHE_BYTES,
+                    metrics: Default::default(),
+                };
+                let engine = Engine::open(&config.data_dir, settings, Sequencer::Local).await?;
+                match engine
+                    .propose(Command::CreateBucket {
+                        bucket: config.server.compat_bucket.clone(),
+                    })
+                    .await
+                {
+                    Ok(_) | Err(EngineError::Refused(Refusal::BucketFenced(_))) => {}
+                    Err(error) => return Err(error.into()),
+                }
+                let log_bytes = engine.log_bytes.clone();
+                (Groups::single(engine), log_bytes, None, None, None)
             }
-            let log_bytes = engine.log_bytes.clone();
-            (Groups::single(engine), log_bytes, None, None)
-        }
-        Some(view) => {
-            // Bound first, so that peers reach this node as soon as its groups start.
-            let listener = bind(config.server.cluster_listen).await?;
-            let cluster_addr = local(&listener, config.server.cluster_listen)?;
-            let transport =
-                cluster::transport::Transport::open(&view, config.server.cluster_tls.as_ref())
-                    .map_err(|message| config::ConfigError::Invalid {
-                        key: "server.cluster_tls",
-                        message,
-                    })?;
-            if let (Some(tls), Some(files)) = (&transport.tls, &config.server.cluster_tls) {
-                tokio::spawn(
-                    tls.files()
-                        .watch(files.reload_interval, stop_signal.clone()),
-                );
-            }
-            let replicas = cluster::bootstrap::start_groups(&config, &view, &transport)
-                .await
-                .map_err(StartError::Cluster)?;
-            let (engines, log) = (replicas.engines, replicas.log);
-            let rafts = Arc::new(replicas.rafts);
-            let rejoining = replicas.rejoining;
-            let metrics = engines
-                .iter()
-                .flatten()
-                .next()
-                .map(|engine| engine.metrics.clone())
-                .unwrap_or_default();
-            tokio::spawn(cluster::service::serve(
-                listener,
-                Arc::new(cluster::service::Served {
+            Some(view) => {
+                // Bound first, so that peers reach this node as soon as its groups start.
+                let listener = bind(config.server.cluster_listen).await?;
+                let cluster_addr = local(&listener, config.server.cluster_listen)?;
+                let transport =
+                    cluster::transport::Transport::open(&view, config.server.cluster_tls.as_ref())
+                        .map_err(|message| config::ConfigError::Invalid {
+                            key: "server.cluster_tls",
+                            message,
+                        })?;
+                if let (Some(tls), Some(files)) = (&transport.tls, &config.server.cluster_tls) {
+                    tokio::spawn(
+                        tls.files()
+                            .watch(files.reload_interval, stop_signal.clone()),
+                    );
+                }
+                let replicas = cluster::bootstrap::start_groups(&config, &view, &transport)
+                    .await
+                    .map_err(StartError::Cluster)?;
+                let (engines, log) = (replicas.engines, replicas.log);
+                let rafts = Arc::new(replicas.rafts);
+                let rejoining = replicas.rejoining;
+                let metrics = engines
+                    .iter()
+                    .flatten()
+                    .next()
+                    .map(|engine| engine.metrics.clone())
+                    .unwrap_or_default();
+                let listener = tokio::spawn(cluster::service::serve(
+                    listener,
+                    Arc::new(cluster::service::Served {
+                        rafts: rafts.clone(),
+                        engines: engines.clone(),
+                        metrics,
+                        rejoining: rejoining.clone(),
+                        subscriptions: subscriptions.clone(),
+                    }),
+                    transport.tls.clone(),
+                    stop_signal.clone(),
+                ));
+                let replication = cluster::stop::Replication {
+                    listener,
                     rafts: rafts.clone(),
-                    engines: engines.clone(),
-                    metrics,
-                    rejoining: rejoining.clone(),
-                    subscriptions: subscriptions.clone(),
-                }),
-                transport.tls.clone(),
-                stop_signal.clone(),
-            ));
-            let members = cluster::membership::Members {
-                rafts,
-                book: view.book.clone(),
-                rejoining,
-                transport,
-                leader_lease: config.raft.election_timeout * 2,
-            };
-            let groups = Groups::replicated(engines, view);
-            (
-                groups,
-                log.unpurged_bytes.clone(),
-                Some(cluster_addr),
-                Some(Arc::new(members)),
-            )
-        }
-    };
+                    log: log.clone(),
+                };
+                let members = cluster::membership::Members {
+                    rafts,
+                    book: view.book.clone(),
+                    rejoining,
+                    transport,
+                    leader_lease: config.raft.election_timeout * 2,
+                };
+                let groups = Groups::replicated(engines, view);
+                (
+                    groups,
+                    log.unpurged_bytes.clone(),
+                    Some(cluster_addr),
+                    Some(Arc::new(members)),
+                    Some(replication),
+                )
+            }
+        };
     let groups = Arc::new(groups);
     if let Some(store) = &cold_store {
         tracing::info!(
@@ -286,6 +298,7 @@ pub async fn start(config: Config) -> Result<Node, StartError> {
         admin: admin_state,
         stopping,
         client_server,
+        replication,
         grace,
     })
 }

@@ -1,8 +1,10 @@
-//! One run: a 3-voter cluster of real processes (each voter in its own network namespace where
-//! the machine allows it) and a gateway process in front of them, the seed's workload, its
-//! faults one after the other, then everything healed, the final bytes read, and the checker.
-//! Besides the history checker, a run fails when the voters' copies differ after healing, a
-//! process logged a panic, or a voter's memory grew past `MEMORY_BOUND`.
+//! One run: a cluster of 3 or 5 real voter processes (each in its own network namespace where
+//! the machine allows it, each reached by its peers through a fault-injecting relay, a voter
+//! that a full disk will hit on a small disk of its own) and one or two gateway processes in
+//! front of them, the seed's workload, its faults one after the other, then everything healed,
+//! the final bytes read, and the checker. Besides the history checker, a run fails when the
+//! voters' copies differ after healing, a process logged a panic or an error that no fault of
+//! the run explains, or a voter's memory grew past `MEMORY_BOUND`.
 
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -11,13 +13,15 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{Method, StatusCode};
-use ursula_testkit::cluster::TestCluster;
+use ursula_testkit::cluster::{Layout, TestCluster};
 use ursula_testkit::netns::Network;
 
 use crate::checker::check;
 use crate::history::History;
+use crate::relay::{LinkFault, Relay};
 use crate::schedule::{Fault, Schedule, Target};
 use crate::workload::{self, Entries, bucket, stream_path};
+use crate::{disk, lifecycle};
 
 /// A voter's resident memory after a run stays under this.
 const MEMORY_BOUND_KIB: u64 = 1024 * 1024;
@@ -28,6 +32,9 @@ pub struct Report {
     pub operations: usize,
     pub anomalies: Vec<String>,
     pub seconds: f64,
+    /// What happened that is not an anomaly but worth a line (a voter that exited on a full
+    /// disk, say).
+    pub notes: Vec<String>,
 }
 
 /// The gateway, a process of its own on a fixed port, so that a restart is where clients
@@ -40,7 +47,7 @@ struct Gateway {
 }
 
 impl Gateway {
-    fn start(cluster: &TestCluster) -> Self {
+    fn start(cluster: &TestCluster, index: usize) -> Self {
         let ports = ursula_testkit::ports::free_ports(2);
         let addr: std::net::SocketAddr = ([127, 0, 0, 1], ports[0]).into();
         let mut args = vec![
@@ -54,7 +61,7 @@ impl Gateway {
         }
         let mut gateway = Self {
             args,
-            log: cluster.dir.path().join("gateway.log"),
+            log: cluster.dir.path().join(format!("gateway-{index}.log")),
             child: None,
             addr,
         };
@@ -101,167 +108,273 @@ impl Drop for Gateway {
 pub fn run(schedule: &Schedule, partitions: bool) -> Report {
     let started = Instant::now();
     let runtime = ursula_testkit::runtime();
-    let cluster = if partitions {
-        let network = Network::create(schedule.voters).expect("network namespaces");
-        TestCluster::start_partitionable(network, schedule.voters, "")
-    } else {
-        TestCluster::start(schedule.voters, "")
+    let network = partitions.then(|| Network::create(schedule.voters).expect("network namespaces"));
+    let relay_ip: std::net::IpAddr = network
+        .as_ref()
+        .map_or(std::net::Ipv4Addr::LOCALHOST, |n| n.host_cluster_ip)
+        .into();
+    let relays = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let small_disks = Arc::new(disk::SmallDisks::default());
+    let layout = {
+        let (relays, handle) = (relays.clone(), runtime.handle().clone());
+        let (disks, wanted) = (small_disks.clone(), schedule.small_disks());
+        Layout {
+            advertise: Some(Box::new(move |_, listens| {
+                let relay = Relay::start(&handle, relay_ip, listens);
+                let addr = relay.addr;
+                relays.lock().push(relay);
+                addr
+            })),
+            prepare_data: Some(Box::new(move |voter, dir| {
+                if wanted.contains(&voter) {
+                    disks.mount(dir);
+                }
+            })),
+        }
     };
-    let cluster = Arc::new(cluster);
-    let mut gateway = Gateway::start(&cluster);
+    let cluster = Arc::new(TestCluster::start_laid_out(
+        network,
+        schedule.voters,
+        layout,
+    ));
+    let relays: Vec<Relay> = std::mem::take(&mut *relays.lock());
+    let mut gateways: Vec<Gateway> = (0..schedule.gateways)
+        .map(|index| Gateway::start(&cluster, index))
+        .collect();
     let entries = Arc::new(Entries {
         cluster: cluster.clone(),
-        gateway: gateway.addr,
+        gateways: gateways.iter().map(|g| g.addr).collect(),
         started,
     });
     let mut anomalies = Vec::new();
-    let history = runtime.block_on(async {
-        cluster.wait_ready().await;
-        for stream in 0..schedule.workload.streams {
-            let created = cluster
-                .send(
-                    0,
-                    Method::PUT,
-                    &stream_path(stream),
-                    &[("content-type", "text/plain")],
-                    Bytes::new(),
-                    Duration::from_secs(20),
-                )
-                .await;
-            assert!(
-                created.as_ref().is_some_and(|r| r.status.is_success()),
-                "cannot create the streams"
-            );
-        }
-        let stop = Arc::new(AtomicBool::new(false));
-        let unexpected = Arc::new(parking_lot::Mutex::new(Vec::new()));
-        let workload = &schedule.workload;
-        let producers: Vec<_> = workload
-            .producers
-            .iter()
-            .enumerate()
-            .map(|(id, &(stream, entry))| {
-                tokio::spawn(workload::produce(
-                    entries.clone(),
-                    id,
-                    stream,
-                    entry,
-                    stop.clone(),
-                    unexpected.clone(),
-                ))
-            })
-            .collect();
-        let plain: Vec<_> = workload
-            .plain_writers
-            .iter()
-            .enumerate()
-            .map(|(id, &(stream, entry))| {
-                tokio::spawn(workload::write_plain(
-                    entries.clone(),
-                    id,
-                    stream,
-                    entry,
-                    stop.clone(),
-                    unexpected.clone(),
-                ))
-            })
-            .collect();
-        let readers: Vec<_> = workload
-            .readers
-            .iter()
-            .map(|&(stream, entry)| {
-                tokio::spawn(workload::read(entries.clone(), stream, entry, stop.clone()))
-            })
-            .collect();
-        let followers: Vec<_> = workload
-            .followers
-            .iter()
-            .map(|&(stream, entry)| {
-                tokio::spawn(workload::follow(
-                    entries.clone(),
-                    stream,
-                    entry,
-                    stop.clone(),
-                ))
-            })
-            .collect();
-
-        for step in &schedule.steps {
-            tokio::time::sleep(Duration::from_millis(step.pause_ms)).await;
-            inject(&cluster, &mut gateway, step.fault, step.lasts_ms, schedule).await;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        stop.store(true, Ordering::Relaxed);
-        let faults_done = started.elapsed();
-
-        let mut history = History::default();
-        for task in producers {
-            history.producers.push(task.await.expect("producer"));
-        }
-        for task in plain {
-            history.plain.push(task.await.expect("plain writer"));
-        }
-        for task in readers {
-            history.reads.extend(task.await.expect("reader"));
-        }
-        for task in followers {
-            history.follows.push(task.await.expect("follower"));
-        }
-        let clients_done = started.elapsed();
-        cluster.wait_ready().await;
-        let ready = started.elapsed();
-        eprintln!(
-            "  faults done at {:.1} s, clients at {:.1} s, voters ready at {:.1} s",
-            faults_done.as_secs_f64(),
-            clients_done.as_secs_f64(),
-            ready.as_secs_f64()
-        );
-        for stream in 0..schedule.workload.streams {
-            let bytes = cluster.read_all(&stream_path(stream)).await;
-            if let Err(differs) = cluster.replicas_equal(&bucket(stream), "s", &bytes).await {
-                anomalies.push(format!("after healing, {differs}"));
+    let mut notes = Vec::new();
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        runtime.block_on(async {
+            cluster.wait_ready().await;
+            for stream in 0..schedule.workload.streams {
+                let created = cluster
+                    .send(
+                        0,
+                        Method::PUT,
+                        &stream_path(stream),
+                        &[("content-type", "text/plain")],
+                        Bytes::new(),
+                        Duration::from_secs(20),
+                    )
+                    .await;
+                assert!(
+                    created.as_ref().is_some_and(|r| r.status.is_success()),
+                    "cannot create the streams"
+                );
             }
+            let stop = Arc::new(AtomicBool::new(false));
+            let supervising = Arc::new(AtomicBool::new(true));
+            let supervisor = tokio::spawn(supervise(cluster.clone(), supervising.clone()));
+            let unexpected = Arc::new(parking_lot::Mutex::new(Vec::new()));
+            let workload = &schedule.workload;
+            let producers: Vec<_> = workload
+                .producers
+                .iter()
+                .enumerate()
+                .map(|(id, &(stream, entry, in_flight))| {
+                    tokio::spawn(workload::produce(
+                        entries.clone(),
+                        id,
+                        stream,
+                        entry,
+                        in_flight,
+                        stop.clone(),
+                        unexpected.clone(),
+                    ))
+                })
+                .collect();
+            let plain: Vec<_> = workload
+                .plain_writers
+                .iter()
+                .enumerate()
+                .map(|(id, &(stream, entry))| {
+                    tokio::spawn(workload::write_plain(
+                        entries.clone(),
+                        id,
+                        stream,
+                        entry,
+                        stop.clone(),
+                        unexpected.clone(),
+                    ))
+                })
+                .collect();
+            let readers: Vec<_> = workload
+                .readers
+                .iter()
+                .map(|&(stream, entry)| {
+                    tokio::spawn(workload::read(entries.clone(), stream, entry, stop.clone()))
+                })
+                .collect();
+            let followers: Vec<_> = workload
+                .followers
+                .iter()
+                .map(|&(stream, entry)| {
+                    tokio::spawn(workload::follow(
+                        entries.clone(),
+                        stream,
+                        entry,
+                        stop.clone(),
+                    ))
+                })
+                .collect();
+
+            let lifecycles: Vec<_> = workload
+                .lifecycles
+                .iter()
+                .enumerate()
+                .map(|(client, &entry)| {
+                    tokio::spawn(lifecycle::run(entries.clone(), client, entry, stop.clone()))
+                })
+                .collect();
+
+            let faults = Faults {
+                cluster: &cluster,
+                relays: &relays,
+                schedule,
+            };
+            for step in &schedule.steps {
+                tokio::time::sleep(Duration::from_millis(step.pause_ms)).await;
+                if let Some(note) = faults
+                    .inject(&mut gateways, step.fault, step.lasts_ms)
+                    .await
+                {
+                    notes.push(note);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            stop.store(true, Ordering::Relaxed);
+            let faults_done = started.elapsed();
+
+            let mut history = History::default();
+            for task in producers {
+                history.producers.push(task.await.expect("producer"));
+            }
+            for task in plain {
+                history.plain.push(task.await.expect("plain writer"));
+            }
+            for task in readers {
+                history.reads.extend(task.await.expect("reader"));
+            }
+            for task in followers {
+                history.follows.push(task.await.expect("follower"));
+            }
+            for task in lifecycles {
+                history
+                    .lifecycles
+                    .push(task.await.expect("lifecycle client"));
+            }
+            let clients_done = started.elapsed();
+            supervising.store(false, Ordering::Relaxed);
+            let exits = supervisor.await.expect("supervisor");
+            let explained = schedule
+                .steps
+                .iter()
+                .any(|s| matches!(s.fault, Fault::DiskFull { .. }));
+            for exit in exits {
+                if explained {
+                    notes.push(exit);
+                } else {
+                    anomalies.push(exit);
+                }
+            }
+            cluster.wait_ready().await;
+            let ready = started.elapsed();
+            eprintln!(
+                "  faults done at {:.1} s, clients at {:.1} s, voters ready at {:.1} s",
+                faults_done.as_secs_f64(),
+                clients_done.as_secs_f64(),
+                ready.as_secs_f64()
+            );
+            for stream in 0..schedule.workload.streams {
+                let bytes = cluster.read_all(&stream_path(stream)).await;
+                if let Err(differs) = cluster.replicas_equal(&bucket(stream), "s", &bytes).await {
+                    anomalies.push(format!("after healing, {differs}"));
+                }
+                history
+                    .finals
+                    .push(String::from_utf8_lossy(&bytes).into_owned());
+            }
+            for log in &history.lifecycles {
+                let mut rounds = Vec::new();
+                for round in &log.rounds {
+                    let remains = async |path: String| {
+                        cluster.read_if_there(&path).await.map(|(bytes, last)| {
+                            (
+                                String::from_utf8_lossy(&bytes).into_owned(),
+                                last.header("stream-closed") == Some("true"),
+                            )
+                        })
+                    };
+                    rounds.push((
+                        remains(lifecycle::source_path(log.client, round.n)).await,
+                        remains(lifecycle::fork_path(log.client, round.n)).await,
+                    ));
+                }
+                history.lifecycle_finals.push(rounds);
+            }
+            anomalies.extend(
+                unexpected
+                    .lock()
+                    .drain(..)
+                    .map(|u| format!("unexpected answer: {u}")),
+            );
             history
-                .finals
-                .push(String::from_utf8_lossy(&bytes).into_owned());
-        }
-        anomalies.extend(
-            unexpected
-                .lock()
-                .drain(..)
-                .map(|u| format!("unexpected answer: {u}")),
-        );
-        history
+        })
+    }));
+    // A run that panicked (a voter that never became ready, a read no voter answered) keeps
+    // its logs too.
+    let history = ran.unwrap_or_else(|panic| {
+        let why = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_default();
+        anomalies.push(format!("the run panicked: {why}"));
+        History::default()
     });
     anomalies.extend(check(&history).iter().map(|a| a.to_string()));
+    let explained = crate::logs::Explained::by(schedule);
     for (i, voter) in cluster.voters.iter().enumerate() {
         if let Some(rss) = voter.rss_kib()
             && rss > MEMORY_BOUND_KIB
         {
             anomalies.push(format!("voter {} uses {rss} KiB", voter.id));
         }
-        if let Some(line) = cluster.log_of(i).lines().find(|l| l.contains("panicked")) {
-            anomalies.push(format!("voter {} panicked: {line}", voter.id));
+        for line in explained.unexplained(&cluster.log_of(i)) {
+            anomalies.push(format!("voter {} logged: {line}", voter.id));
         }
     }
-    let gateway_log = std::fs::read_to_string(&gateway.log).unwrap_or_default();
-    if let Some(line) = gateway_log.lines().find(|l| l.contains("panicked")) {
-        anomalies.push(format!("the gateway panicked: {line}"));
+    for (g, gateway) in gateways.iter().enumerate() {
+        let log = std::fs::read_to_string(&gateway.log).unwrap_or_default();
+        for line in explained.unexplained(&log) {
+            anomalies.push(format!("gateway {g} logged: {line}"));
+        }
     }
     if !anomalies.is_empty() {
-        keep_logs(&cluster, &gateway, schedule.seed);
+        keep_logs(&cluster, &gateways, schedule.seed);
     }
+    drop(entries);
+    drop(gateways);
+    // The voters are gone before their small disks are unmounted.
+    drop(Arc::into_inner(cluster));
+    drop(small_disks);
     Report {
         seed: schedule.seed,
         faults: schedule.steps.iter().map(|s| s.fault.kind()).collect(),
         operations: history.operations(),
         anomalies,
         seconds: started.elapsed().as_secs_f64(),
+        notes,
     }
 }
 
 /// Copies the processes' logs of a failing run to `target/chaos/seed-{seed}/`.
-fn keep_logs(cluster: &TestCluster, gateway: &Gateway, seed: u64) {
+fn keep_logs(cluster: &TestCluster, gateways: &[Gateway], seed: u64) {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../target/chaos")
         .join(format!("seed-{seed}"));
@@ -271,8 +384,33 @@ fn keep_logs(cluster: &TestCluster, gateway: &Gateway, seed: u64) {
     for voter in &cluster.voters {
         let _ = std::fs::copy(&voter.log, dir.join(format!("node-{}.log", voter.id)));
     }
-    let _ = std::fs::copy(&gateway.log, dir.join("gateway.log"));
+    for (g, gateway) in gateways.iter().enumerate() {
+        let _ = std::fs::copy(&gateway.log, dir.join(format!("gateway-{g}.log")));
+    }
     println!("  logs kept in {}", dir.display());
+}
+
+/// Starts again every voter that exits by itself, as a pod's kubelet would, until
+/// `supervising` ends; what exited, and when. A node exits by itself only to recover from a
+/// write its disk refused (a full disk explains that; nothing else does).
+async fn supervise(cluster: Arc<TestCluster>, supervising: Arc<AtomicBool>) -> Vec<String> {
+    let mut exits = Vec::new();
+    let started = Instant::now();
+    while supervising.load(Ordering::Relaxed) {
+        for v in 0..cluster.voters.len() {
+            if let Some(status) = cluster.exited(v) {
+                exits.push(format!(
+                    "voter {} exited by itself ({status}) {:.1} s into the run; started again",
+                    v + 1,
+                    started.elapsed().as_secs_f64()
+                ));
+                let cluster = cluster.clone();
+                let _ = tokio::task::spawn_blocking(move || cluster.restart(v)).await;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    exits
 }
 
 /// The voter a target names now.
@@ -286,73 +424,119 @@ async fn resolve(cluster: &TestCluster, target: Target) -> usize {
     }
 }
 
-/// Injects `fault`, holds it `lasts_ms`, and heals it.
-async fn inject(
-    cluster: &Arc<TestCluster>,
-    gateway: &mut Gateway,
-    fault: Fault,
-    lasts_ms: u64,
-    schedule: &Schedule,
-) {
-    let hold = Duration::from_millis(lasts_ms);
-    let blocking = |action: Box<dyn FnOnce(&TestCluster) + Send>| {
-        let cluster = cluster.clone();
-        async move {
-            tokio::task::spawn_blocking(move || action(&cluster))
-                .await
-                .expect("fault action");
-        }
-    };
-    match fault {
-        Fault::Kill(target) => {
-            let v = resolve(cluster, target).await;
-            blocking(Box::new(move |c| c.kill(v))).await;
-            tokio::time::sleep(hold).await;
-            blocking(Box::new(move |c| c.restart(v))).await;
-        }
-        Fault::Freeze(target) => {
-            let v = resolve(cluster, target).await;
-            cluster.freeze(v);
-            tokio::time::sleep(hold).await;
-            cluster.thaw(v);
-        }
-        Fault::Partition {
-            target,
-            clients_too,
-        } => {
-            let v = resolve(cluster, target).await;
-            blocking(Box::new(move |c| c.partition(v, clients_too))).await;
-            tokio::time::sleep(hold).await;
-            blocking(Box::new(move |c| c.heal(v))).await;
-        }
-        Fault::KillAll => {
-            let voters = schedule.voters;
-            blocking(Box::new(move |c| (0..voters).for_each(|v| c.kill(v)))).await;
-            tokio::time::sleep(hold).await;
-            blocking(Box::new(move |c| (0..voters).for_each(|v| c.restart(v)))).await;
-        }
-        Fault::Drain(target) => {
-            let v = resolve(cluster, target).await;
-            let admin = cluster.voters[v].admin();
-            let _ = admin
-                .try_send(Method::POST, "/admin/drain", &[], Bytes::new())
-                .await;
-            tokio::time::sleep(hold).await;
-            // Undrained until it says so (it may be busy catching up).
-            for _ in 0..50 {
-                let answer = admin
-                    .try_send(Method::DELETE, "/admin/drain", &[], Bytes::new())
+/// What a fault acts on.
+struct Faults<'a> {
+    cluster: &'a Arc<TestCluster>,
+    relays: &'a [Relay],
+    schedule: &'a Schedule,
+}
+
+impl Faults<'_> {
+    /// Injects `fault`, holds it `lasts_ms`, and heals it; a note if something worth telling
+    /// happened that is not an anomaly.
+    async fn inject(
+        &self,
+        gateways: &mut [Gateway],
+        fault: Fault,
+        lasts_ms: u64,
+    ) -> Option<String> {
+        let cluster = self.cluster;
+        let hold = Duration::from_millis(lasts_ms);
+        let blocking = |action: Box<dyn FnOnce(&TestCluster) + Send>| {
+            let cluster = cluster.clone();
+            async move {
+                tokio::task::spawn_blocking(move || action(&cluster))
+                    .await
+                    .expect("fault action");
+            }
+        };
+        match fault {
+            Fault::Kill(target) => {
+                let v = resolve(cluster, target).await;
+                blocking(Box::new(move |c| c.kill(v))).await;
+                tokio::time::sleep(hold).await;
+                blocking(Box::new(move |c| c.restart(v))).await;
+            }
+            Fault::Freeze(target) => {
+                let v = resolve(cluster, target).await;
+                cluster.freeze(v);
+                tokio::time::sleep(hold).await;
+                cluster.thaw(v);
+            }
+            Fault::Partition {
+                target,
+                clients_too,
+            } => {
+                let v = resolve(cluster, target).await;
+                blocking(Box::new(move |c| c.partition(v, clients_too))).await;
+                tokio::time::sleep(hold).await;
+                blocking(Box::new(move |c| c.heal(v))).await;
+            }
+            Fault::KillAll => {
+                let voters = self.schedule.voters;
+                blocking(Box::new(move |c| (0..voters).for_each(|v| c.kill(v)))).await;
+                tokio::time::sleep(hold).await;
+                blocking(Box::new(move |c| (0..voters).for_each(|v| c.restart(v)))).await;
+            }
+            Fault::Drain(target) => {
+                let v = resolve(cluster, target).await;
+                let admin = cluster.voters[v].admin();
+                let _ = admin
+                    .try_send(Method::POST, "/admin/drain", &[], Bytes::new())
                     .await;
-                if answer.is_ok_and(|r| r.status == StatusCode::OK) {
-                    break;
+                tokio::time::sleep(hold).await;
+                // Undrained until it says so (it may be busy catching up).
+                for _ in 0..50 {
+                    let answer = admin
+                        .try_send(Method::DELETE, "/admin/drain", &[], Bytes::new())
+                        .await;
+                    if answer.is_ok_and(|r| r.status == StatusCode::OK) {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
                 }
-                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Fault::KillGateway(g) => {
+                gateways[g].kill();
+                tokio::time::sleep(hold).await;
+                tokio::task::block_in_place(|| gateways[g].spawn());
+            }
+            Fault::FlakyLink { target, link } => {
+                let v = resolve(cluster, target).await;
+                self.relays[v].set(link);
+                tokio::time::sleep(hold).await;
+                self.relays[v].set(LinkFault::Clean);
+            }
+            Fault::DiskFull { voter, to_zero } => {
+                let filler = cluster.data_dir(voter).join("chaos-filler");
+                let leave = if to_zero { 0 } else { disk::UNDER_THE_FLOOR };
+                let path = filler.clone();
+                tokio::task::spawn_blocking(move || disk::fill(&path, leave))
+                    .await
+                    .expect("fill the disk");
+                tokio::time::sleep(hold).await;
+                // A voter that exits meanwhile is started again by `supervise`.
+                let _ = std::fs::remove_file(&filler);
+            }
+            Fault::RollingRestart => {
+                for v in 0..self.schedule.voters {
+                    let stopped = tokio::task::spawn_blocking({
+                        let cluster = cluster.clone();
+                        move || {
+                            let by_itself = cluster.stop(v, Duration::from_secs(10));
+                            cluster.restart(v);
+                            by_itself
+                        }
+                    })
+                    .await
+                    .expect("restart a voter");
+                    if !stopped {
+                        return Some(format!("voter {} did not stop on SIGTERM in 10 s", v + 1));
+                    }
+                    cluster.wait_ready().await;
+                }
             }
         }
-        Fault::KillGateway => {
-            gateway.kill();
-            tokio::time::sleep(hold).await;
-            tokio::task::block_in_place(|| gateway.spawn());
-        }
+        None
     }
 }

@@ -4,7 +4,8 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use crate::history::{History, Outcome};
+use crate::history::{History, Outcome, Remains, Round, Step};
+use crate::lifecycle::{fork_record, source_records};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Anomaly {
@@ -32,6 +33,12 @@ pub enum Anomaly {
     },
     /// An SSE follower's bytes are not the start of the stream.
     FollowerDiverged { stream: usize, follower: usize },
+    /// A lifecycle round's streams are not what its acknowledged steps made them.
+    Lifecycle {
+        client: usize,
+        round: u64,
+        what: String,
+    },
 }
 
 impl fmt::Display for Anomaly {
@@ -89,7 +96,7 @@ pub fn check(history: &History) -> Vec<Anomaly> {
             }
             marked_only.insert(seq, earlier_marked && outcome == Outcome::MarkedRefusal);
         }
-        for seq in 0..producer.acked_at.len() as u64 {
+        for &(seq, _) in &producer.acked {
             let record = format!("p{}:{seq}", producer.id);
             if count(stream, &record) == 0 {
                 anomalies.push(Anomaly::Lost { stream, record });
@@ -138,8 +145,8 @@ pub fn check(history: &History) -> Vec<Anomaly> {
     // Acknowledged appends, by stream: (record, when).
     let mut acked: Vec<Vec<(String, u64)>> = vec![Vec::new(); history.finals.len()];
     for producer in &history.producers {
-        for (seq, at) in producer.acked_at.iter().enumerate() {
-            acked[producer.stream].push((format!("p{}:{seq}", producer.id), *at));
+        for &(seq, at) in &producer.acked {
+            acked[producer.stream].push((format!("p{}:{seq}", producer.id), at));
         }
     }
     for writer in &history.plain {
@@ -182,7 +189,78 @@ pub fn check(history: &History) -> Vec<Anomaly> {
             });
         }
     }
+    for (log, finals) in history.lifecycles.iter().zip(&history.lifecycle_finals) {
+        for (round, (source, fork)) in log.rounds.iter().zip(finals) {
+            for what in lifecycle_round(log.client, round, source, fork) {
+                anomalies.push(Anomaly::Lifecycle {
+                    client: log.client,
+                    round: round.n,
+                    what,
+                });
+            }
+        }
+    }
     anomalies
+}
+
+/// What is wrong with one lifecycle round's streams, given the steps acknowledged and sent.
+fn lifecycle_round(client: usize, round: &Round, source: &Remains, fork: &Remains) -> Vec<String> {
+    let mut wrong: Vec<String> = round.odd.clone();
+    let done = |step| round.done.contains(&step);
+    let sent = |step| round.attempted.contains(&step);
+    if let Some(answer) = &round.appended_after_close {
+        wrong.push(format!("an append to the closed source applied: {answer}"));
+    }
+    let records = source_records(client, round.n);
+    let appends = round.done.iter().filter(|s| **s == Step::Append).count();
+    match source {
+        None if done(Step::Create) && !sent(Step::DeleteSource) => {
+            wrong.push("the source is gone, and nobody deleted it".into());
+        }
+        Some(_) if done(Step::DeleteSource) => {
+            wrong.push("the source is there after its delete was acknowledged".into());
+        }
+        Some((bytes, closed)) => {
+            let kept = bytes.lines().count();
+            if !records.starts_with(bytes.as_str()) || kept < appends {
+                wrong.push(format!(
+                    "the source holds {bytes:?}; {appends} of {records:?} were acknowledged"
+                ));
+            }
+            if done(Step::Close) && !closed {
+                wrong.push("the source is open after its close was acknowledged".into());
+            }
+            if *closed && !sent(Step::Close) {
+                wrong.push("the source is closed, and nobody closed it".into());
+            }
+        }
+        None => {}
+    }
+    match fork {
+        None if done(Step::Fork) && !sent(Step::DeleteFork) => {
+            wrong.push("the fork is gone, and nobody deleted it".into());
+        }
+        Some(_) if done(Step::DeleteFork) => {
+            wrong.push("the fork is there after its delete was acknowledged".into());
+        }
+        Some(_) if !sent(Step::Fork) => wrong.push("a fork nobody made".into()),
+        Some((bytes, closed)) => {
+            let with_own = format!("{records}{}", fork_record(client, round.n));
+            let fits = if done(Step::AppendToFork) {
+                *bytes == with_own
+            } else {
+                *bytes == records || *bytes == with_own
+            };
+            if !fits {
+                wrong.push(format!("the fork holds {bytes:?}, not {with_own:?}"));
+            }
+            if *closed {
+                wrong.push("the fork is closed: a close of its source reached it".into());
+            }
+        }
+        None => {}
+    }
+    wrong
 }
 
 /// `p{id}:{seq}` or `q{id}:{n}`.
@@ -200,7 +278,7 @@ fn is_record(line: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::{FollowLog, PlainLog, ProducerLog, ReadLog};
+    use crate::history::{FollowLog, LifecycleLog, PlainLog, ProducerLog, ReadLog};
 
     /// One stream: producer 0 wrote seqs 0..3 (acked at 10, 20, 30 ms), plain writer 0 wrote
     /// q0:0 (applied at 15 ms) and q0:1 (unknown), and the stream holds all of it.
@@ -215,7 +293,7 @@ mod tests {
                     (1, Outcome::Duplicate),
                     (2, Outcome::Applied),
                 ],
-                acked_at: vec![10, 20, 30],
+                acked: vec![(0, 10), (1, 20), (2, 30)],
             }],
             plain: vec![PlainLog {
                 stream: 0,
@@ -234,7 +312,92 @@ mod tests {
                 reconnects: 1,
             }],
             finals: vec!["p0:0\nq0:0\np0:1\np0:2\nq0:1\n".into()],
+            // Client 0's round 0 ended with a (soft) delete of its source, round 1 with a
+            // delete of its fork.
+            lifecycles: vec![LifecycleLog {
+                client: 0,
+                rounds: vec![
+                    every_step(0, Step::DeleteSource),
+                    every_step(1, Step::DeleteFork),
+                ],
+            }],
+            lifecycle_finals: vec![vec![
+                (
+                    None,
+                    Some((format!("{}l0.0.f\n", source_records(0, 0)), false)),
+                ),
+                (Some((source_records(0, 1), true)), None),
+            ]],
         }
+    }
+
+    fn every_step(n: u64, delete: Step) -> Round {
+        let steps = vec![
+            Step::Create,
+            Step::Append,
+            Step::Append,
+            Step::Append,
+            Step::Fork,
+            Step::AppendToFork,
+            Step::Close,
+            delete,
+        ];
+        Round {
+            n,
+            done: steps.clone(),
+            attempted: steps,
+            ..Round::default()
+        }
+    }
+
+    #[test]
+    fn every_planted_lifecycle_anomaly_is_found() {
+        type Plant = fn(&mut History);
+        let cases: Vec<(Plant, u64, &str)> = vec![
+            (
+                |h| h.lifecycle_finals[0][1].0 = Some((source_records(0, 1), false)),
+                1,
+                "the source is open after its close",
+            ),
+            (
+                |h| h.lifecycle_finals[0][0].0 = Some((source_records(0, 0), true)),
+                0,
+                "the source is there after its delete",
+            ),
+            (
+                |h| h.lifecycle_finals[0][1].0 = Some(("l0.1.0\n".into(), true)),
+                1,
+                "the source holds",
+            ),
+            (
+                |h| h.lifecycle_finals[0][0].1 = Some((source_records(0, 0), false)),
+                0,
+                "the fork holds",
+            ),
+            (|h| h.lifecycle_finals[0][0].1 = None, 0, "the fork is gone"),
+            (
+                |h| h.lifecycles[0].rounds[1].appended_after_close = Some("204".into()),
+                1,
+                "an append to the closed source applied",
+            ),
+        ];
+        for (plant, round, what) in cases {
+            let mut history = healthy();
+            plant(&mut history);
+            let found = check(&history);
+            assert!(
+                found.iter().any(|a| matches!(
+                    a,
+                    Anomaly::Lifecycle { client: 0, round: r, what: w } if *r == round && w.starts_with(what)
+                )),
+                "{what}: found {found:?}"
+            );
+        }
+        // A delete of unknown fate may or may not have applied.
+        let mut history = healthy();
+        history.lifecycles[0].rounds[0].done.pop();
+        history.lifecycle_finals[0][0].0 = Some((source_records(0, 0), true));
+        assert_eq!(check(&history), vec![]);
     }
 
     #[test]

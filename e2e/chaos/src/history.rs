@@ -22,8 +22,8 @@ pub struct ProducerLog {
     pub id: usize,
     /// Every attempt, in order: (seq, outcome).
     pub attempts: Vec<(u64, Outcome)>,
-    /// When each seq's append was acknowledged (ms since the run started), by seq.
-    pub acked_at: Vec<u64>,
+    /// Each acknowledged seq and when (ms since the run started), by seq.
+    pub acked: Vec<(u64, u64)>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -52,14 +52,52 @@ pub struct FollowLog {
     pub reconnects: u32,
 }
 
+/// The steps of a lifecycle round (`lifecycle.rs`), in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    Create,
+    Append,
+    Fork,
+    AppendToFork,
+    Close,
+    DeleteSource,
+    DeleteFork,
+}
+
+/// One round of a lifecycle client.
+#[derive(Clone, Debug, Default)]
+pub struct Round {
+    pub n: u64,
+    /// The steps answered as done, and those sent at all, in order.
+    pub done: Vec<Step>,
+    pub attempted: Vec<Step>,
+    /// The answer of an append to the closed source that applied, if one did.
+    pub appended_after_close: Option<String>,
+    /// Answers that are neither done nor a refusal a fault explains.
+    pub odd: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct LifecycleLog {
+    pub client: usize,
+    pub rounds: Vec<Round>,
+}
+
+/// A stream of a round after everything healed: its bytes and whether it is closed, or `None`
+/// when it is not there.
+pub type Remains = Option<(String, bool)>;
+
 #[derive(Clone, Debug, Default)]
 pub struct History {
     pub producers: Vec<ProducerLog>,
     pub plain: Vec<PlainLog>,
     pub reads: Vec<ReadLog>,
     pub follows: Vec<FollowLog>,
+    pub lifecycles: Vec<LifecycleLog>,
     /// Each stream's bytes after everything healed.
     pub finals: Vec<String>,
+    /// Each lifecycle round's source and fork after everything healed, by client and round.
+    pub lifecycle_finals: Vec<Vec<(Remains, Remains)>>,
 }
 
 impl History {
@@ -71,5 +109,11 @@ impl History {
             .sum::<usize>()
             + self.reads.len()
             + self.follows.len()
+            + self
+                .lifecycles
+                .iter()
+                .flat_map(|l| &l.rounds)
+                .map(|r| r.attempted.len())
+                .sum::<usize>()
     }
 }

@@ -5,7 +5,11 @@
 
 pub mod campaign;
 pub mod checker;
+pub mod disk;
 pub mod history;
+pub mod lifecycle;
+mod logs;
+pub mod relay;
 pub mod rng;
 pub mod schedule;
 mod sse;

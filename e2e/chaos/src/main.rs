@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use ursula_chaos::campaign::{self, Report};
-use ursula_chaos::schedule::{Abilities, KINDS, Schedule};
+use ursula_chaos::schedule::{Abilities, GENERATOR, KINDS, Schedule};
 
 #[derive(Parser, Debug)]
 #[command(name = "ursula-chaos")]
@@ -37,9 +37,13 @@ fn main() -> ExitCode {
     let args = Args::parse();
     let abilities = Abilities {
         partitions: ursula_testkit::netns::Network::create(1).is_ok(),
+        disks: ursula_chaos::disk::can_mount(),
     };
     if !abilities.partitions {
         eprintln!("no network namespaces here (root or CAP_NET_ADMIN): no partitions");
+    }
+    if !abilities.disks {
+        eprintln!("no tmpfs mounts here (root): no full disks");
     }
     let first = args.first_seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
@@ -48,26 +52,37 @@ fn main() -> ExitCode {
             % 1_000_000
             * 1000
     });
-    let mut seeds: Vec<u64> = Vec::new();
+    // (seed, generator): a corpus line is `SEED vN`, a seed found by generator N.
+    let mut seeds: Vec<(u64, u32)> = Vec::new();
     if let Some(corpus) = &args.corpus {
         let text = std::fs::read_to_string(corpus).unwrap_or_default();
-        seeds.extend(
-            text.lines()
-                .filter_map(|line| line.split('#').next()?.trim().parse::<u64>().ok()),
-        );
+        seeds.extend(text.lines().filter_map(|line| {
+            let mut words = line.split('#').next()?.split_whitespace();
+            let seed = words.next()?.parse().ok()?;
+            let generator = words
+                .next()
+                .and_then(|v| v.strip_prefix('v')?.parse().ok())
+                .unwrap_or(GENERATOR);
+            Some((seed, generator))
+        }));
     }
-    seeds.extend(first..first + args.runs);
+    seeds.extend((first..first + args.runs).map(|seed| (seed, GENERATOR)));
     println!("seeds: {seeds:?}");
     let mut reports = Vec::new();
-    for seed in seeds {
-        let mut schedule = Schedule::generate(seed, abilities);
+    for (seed, generator) in seeds {
+        let mut schedule = Schedule::generate_with(generator, seed, abilities);
         if !args.keep.is_empty() {
             schedule.steps = (0..schedule.steps.len())
                 .filter(|i| args.keep.contains(i))
                 .map(|i| schedule.steps[i].clone())
                 .collect();
         }
-        println!("seed {seed}: {}", schedule.describe());
+        println!(
+            "seed {seed} (v{generator}, {} voters, {} gateways): {}",
+            schedule.voters,
+            schedule.gateways,
+            schedule.describe()
+        );
         let report = run_one(&schedule, abilities.partitions);
         println!(
             "seed {seed}: {} operations, {} anomalies, {:.1} s",
@@ -75,6 +90,9 @@ fn main() -> ExitCode {
             report.anomalies.len(),
             report.seconds
         );
+        for note in &report.notes {
+            println!("  note: {note}");
+        }
         for anomaly in &report.anomalies {
             println!("  ANOMALY {anomaly}");
         }
@@ -112,6 +130,7 @@ fn run_one(schedule: &Schedule, partitions: bool) -> Report {
         operations: 0,
         anomalies: vec!["the run panicked (its message is above)".into()],
         seconds: started.elapsed().as_secs_f64(),
+        notes: Vec::new(),
     })
 }
 

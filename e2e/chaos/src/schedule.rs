@@ -1,8 +1,16 @@
 //! What a seed decides: the faults, one after the other, each held for a while and then healed,
 //! and the shape of the workload. Pure: a seed gives the same schedule on every machine, so a
 //! failing seed replays it, and `without` shrinks it.
+//!
+//! Generators are versioned: a new kind of fault or client changes what a seed draws, so a
+//! seed kept in the corpus names the generator that found it (`104 v1`) and replays with its
+//! draws.
 
+use crate::relay::LinkFault;
 use crate::rng::Rng;
+
+/// The newest generator; what new seeds use.
+pub const GENERATOR: u32 = 2;
 
 /// Whom a fault hits: a voter by index, or whoever leads the group of stream `n` when the fault
 /// starts (a busy leader).
@@ -26,8 +34,18 @@ pub enum Fault {
     KillAll,
     /// The admin drain moves the target's leaderships away; undrained when the fault ends.
     Drain(Target),
-    /// The gateway SIGKILLed and restarted.
-    KillGateway,
+    /// A gateway SIGKILLed and restarted.
+    KillGateway(usize),
+    /// The relay in front of the target's cluster listener delays, stalls or resets what its
+    /// peers send it, and their answers (`relay.rs`).
+    FlakyLink { target: Target, link: LinkFault },
+    /// The voter's data disk (a small tmpfs of its own) filled up: to no byte free, or to just
+    /// under the admission floor; emptied when the fault ends, and the voter restarted if it
+    /// exited meanwhile.
+    DiskFull { voter: usize, to_zero: bool },
+    /// Each voter in turn stopped with SIGTERM, as Kubernetes stops a pod, and started again
+    /// once it is gone; the next one once every voter is ready.
+    RollingRestart,
 }
 
 impl Fault {
@@ -45,13 +63,27 @@ impl Fault {
             } => "partition from all",
             Fault::KillAll => "kill all",
             Fault::Drain(_) => "drain",
-            Fault::KillGateway => "kill gateway",
+            Fault::KillGateway(_) => "kill gateway",
+            Fault::FlakyLink {
+                link: LinkFault::Delay { .. } | LinkFault::Clean,
+                ..
+            } => "slow link",
+            Fault::FlakyLink {
+                link: LinkFault::Stall,
+                ..
+            } => "stalled link",
+            Fault::FlakyLink {
+                link: LinkFault::Reset { .. },
+                ..
+            } => "resetting link",
+            Fault::DiskFull { .. } => "disk full",
+            Fault::RollingRestart => "rolling restart",
         }
     }
 }
 
 /// The kinds, in the order the results table lists them.
-pub const KINDS: [&str; 8] = [
+pub const KINDS: [&str; 13] = [
     "kill leader",
     "kill voter",
     "freeze",
@@ -60,6 +92,11 @@ pub const KINDS: [&str; 8] = [
     "kill all",
     "drain",
     "kill gateway",
+    "slow link",
+    "stalled link",
+    "resetting link",
+    "disk full",
+    "rolling restart",
 ];
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -75,13 +112,16 @@ pub struct Step {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Workload {
     pub streams: usize,
-    /// Idempotent producers: (stream, entry).
-    pub producers: Vec<(usize, Entry)>,
+    /// Idempotent producers: (stream, entry, requests in flight at once).
+    pub producers: Vec<(usize, Entry, usize)>,
     /// Writers of plain appends, not retried when their fate is unknown: (stream, entry).
     pub plain_writers: Vec<(usize, Entry)>,
     /// Catch-up readers and SSE followers: (stream, entry).
     pub readers: Vec<(usize, Entry)>,
     pub followers: Vec<(usize, Entry)>,
+    /// Clients that create, append to, fork, close and delete streams of their own bucket:
+    /// their entries.
+    pub lifecycles: Vec<Entry>,
 }
 
 /// Where a client sends its requests: a voter (following redirects, as the official clients
@@ -89,13 +129,15 @@ pub struct Workload {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Entry {
     Voter(usize),
-    Gateway,
+    Gateway(usize),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Schedule {
     pub seed: u64,
+    pub generator: u32,
     pub voters: usize,
+    pub gateways: usize,
     pub steps: Vec<Step>,
     pub workload: Workload,
 }
@@ -104,16 +146,31 @@ pub struct Schedule {
 #[derive(Clone, Copy, Debug)]
 pub struct Abilities {
     pub partitions: bool,
+    /// Small disks of their own for voters (tmpfs mounts: root).
+    pub disks: bool,
 }
 
 impl Schedule {
+    /// What `seed` draws under the newest generator.
     pub fn generate(seed: u64, abilities: Abilities) -> Self {
+        Self::generate_with(GENERATOR, seed, abilities)
+    }
+
+    /// What `seed` draws under `generator` (1: session 16's, 3 voters, 1 gateway, the first
+    /// eight kinds of fault, one request in flight per producer, no lifecycle clients).
+    pub fn generate_with(generator: u32, seed: u64, abilities: Abilities) -> Self {
+        let v1 = generator == 1;
         let mut rng = Rng::new(seed);
-        let voters = 3;
+        let voters = if v1 || !rng.percent(25) { 3 } else { 5 };
+        let gateways = if v1 { 1 } else { rng.between(1, 2) as usize };
         let streams = rng.between(2, 4) as usize;
         let entry = |rng: &mut Rng| {
             if rng.percent(30) {
-                Entry::Gateway
+                Entry::Gateway(if v1 {
+                    0
+                } else {
+                    rng.below(gateways as u64) as usize
+                })
             } else {
                 Entry::Voter(rng.below(voters as u64) as usize)
             }
@@ -127,6 +184,13 @@ impl Schedule {
             let n = rng.between(3, 6);
             clients(n, &mut rng)
         };
+        let producers = producers
+            .into_iter()
+            .map(|(stream, entry)| {
+                let in_flight = if v1 { 1 } else { rng.between(1, 3) as usize };
+                (stream, entry, in_flight)
+            })
+            .collect();
         let plain_writers = {
             let n = rng.between(1, 2);
             clients(n, &mut rng)
@@ -149,18 +213,55 @@ impl Schedule {
                 }
             };
             let fault = loop {
-                let fault = match rng.below(100) {
-                    0..30 => Fault::Kill(target(&mut rng)),
-                    30..45 => Fault::Freeze(target(&mut rng)),
-                    45..65 => Fault::Partition {
-                        target: target(&mut rng),
-                        clients_too: rng.percent(50),
-                    },
-                    65..73 => Fault::KillAll,
-                    73..88 => Fault::Drain(target(&mut rng)),
-                    _ => Fault::KillGateway,
+                let fault = if v1 {
+                    match rng.below(100) {
+                        0..30 => Fault::Kill(target(&mut rng)),
+                        30..45 => Fault::Freeze(target(&mut rng)),
+                        45..65 => Fault::Partition {
+                            target: target(&mut rng),
+                            clients_too: rng.percent(50),
+                        },
+                        65..73 => Fault::KillAll,
+                        73..88 => Fault::Drain(target(&mut rng)),
+                        _ => Fault::KillGateway(0),
+                    }
+                } else {
+                    match rng.below(100) {
+                        0..20 => Fault::Kill(target(&mut rng)),
+                        20..30 => Fault::Freeze(target(&mut rng)),
+                        30..44 => Fault::Partition {
+                            target: target(&mut rng),
+                            clients_too: rng.percent(50),
+                        },
+                        44..49 => Fault::KillAll,
+                        49..57 => Fault::Drain(target(&mut rng)),
+                        57..63 => Fault::KillGateway(rng.below(gateways as u64) as usize),
+                        63..81 => Fault::FlakyLink {
+                            target: target(&mut rng),
+                            link: match rng.below(3) {
+                                0 => LinkFault::Delay {
+                                    ms: rng.between(5, 60),
+                                    jitter_ms: rng.between(0, 40),
+                                },
+                                1 => LinkFault::Stall,
+                                _ => LinkFault::Reset {
+                                    percent: rng.between(2, 20),
+                                },
+                            },
+                        },
+                        81..91 => Fault::DiskFull {
+                            voter: rng.below(voters as u64) as usize,
+                            to_zero: rng.percent(50),
+                        },
+                        _ => Fault::RollingRestart,
+                    }
                 };
-                if abilities.partitions || !matches!(fault, Fault::Partition { .. }) {
+                let possible = match fault {
+                    Fault::Partition { .. } => abilities.partitions,
+                    Fault::DiskFull { .. } => abilities.disks,
+                    _ => true,
+                };
+                if possible {
                     break fault;
                 }
             };
@@ -170,9 +271,16 @@ impl Schedule {
                 lasts_ms: rng.between(200, 2500),
             });
         }
+        let lifecycles = if v1 {
+            Vec::new()
+        } else {
+            (0..rng.between(1, 2)).map(|_| entry(&mut rng)).collect()
+        };
         Self {
             seed,
+            generator,
             voters,
+            gateways,
             steps,
             workload: Workload {
                 streams,
@@ -180,8 +288,24 @@ impl Schedule {
                 plain_writers,
                 readers,
                 followers,
+                lifecycles,
             },
         }
+    }
+
+    /// The voters whose data directory is a small disk of its own: those a `DiskFull` hits.
+    pub fn small_disks(&self) -> Vec<usize> {
+        let mut voters: Vec<usize> = self
+            .steps
+            .iter()
+            .filter_map(|step| match step.fault {
+                Fault::DiskFull { voter, .. } => Some(voter),
+                _ => None,
+            })
+            .collect();
+        voters.sort_unstable();
+        voters.dedup();
+        voters
     }
 
     /// The same schedule without step `i`: one shrinking move.
@@ -209,7 +333,14 @@ impl Schedule {
 mod tests {
     use super::*;
 
-    const ALL: Abilities = Abilities { partitions: true };
+    const ALL: Abilities = Abilities {
+        partitions: true,
+        disks: true,
+    };
+    const NONE: Abilities = Abilities {
+        partitions: false,
+        disks: false,
+    };
 
     #[test]
     fn a_seed_is_one_schedule() {
@@ -220,16 +351,25 @@ mod tests {
     #[test]
     fn schedules_stay_within_the_cluster_and_the_machine() {
         let mut kinds = std::collections::BTreeSet::new();
+        let mut sizes = std::collections::BTreeSet::new();
         for seed in 0..500 {
             let schedule = Schedule::generate(seed, ALL);
+            sizes.insert((schedule.voters, schedule.gateways));
             let streams = schedule.workload.streams;
             assert!((3..=5).contains(&schedule.steps.len()), "seed {seed}");
             for step in &schedule.steps {
                 kinds.insert(step.fault.kind());
                 let target = match step.fault {
                     Fault::Kill(t) | Fault::Freeze(t) | Fault::Drain(t) => Some(t),
-                    Fault::Partition { target, .. } => Some(target),
-                    Fault::KillAll | Fault::KillGateway => None,
+                    Fault::Partition { target, .. } | Fault::FlakyLink { target, .. } => {
+                        Some(target)
+                    }
+                    Fault::DiskFull { voter, .. } => Some(Target::Voter(voter)),
+                    Fault::KillGateway(g) => {
+                        assert!(g < schedule.gateways);
+                        None
+                    }
+                    Fault::KillAll | Fault::RollingRestart => None,
                 };
                 match target {
                     Some(Target::Voter(v)) => assert!(v < schedule.voters),
@@ -238,29 +378,72 @@ mod tests {
                 }
             }
             let workload = &schedule.workload;
-            for (stream, entry) in workload
+            let entries = workload
                 .producers
                 .iter()
-                .chain(&workload.plain_writers)
-                .chain(&workload.readers)
-                .chain(&workload.followers)
-            {
-                assert!(*stream < streams);
-                if let Entry::Voter(v) = entry {
-                    assert!(*v < schedule.voters);
+                .map(|&(stream, entry, in_flight)| {
+                    assert!((1..=3).contains(&in_flight));
+                    (stream, entry)
+                })
+                .chain(workload.plain_writers.iter().copied())
+                .chain(workload.readers.iter().copied())
+                .chain(workload.followers.iter().copied());
+            for (stream, entry) in entries {
+                assert!(stream < streams);
+                match entry {
+                    Entry::Voter(v) => assert!(v < schedule.voters),
+                    Entry::Gateway(g) => assert!(g < schedule.gateways),
                 }
             }
-            let without = Schedule::generate(seed, Abilities { partitions: false });
+            assert!((1..=2).contains(&workload.lifecycles.len()));
+            let without = Schedule::generate(seed, NONE);
             assert!(
                 without
                     .steps
                     .iter()
-                    .all(|s| !matches!(s.fault, Fault::Partition { .. })),
-                "no partitions where the machine cannot make them"
+                    .all(|s| !matches!(s.fault, Fault::Partition { .. } | Fault::DiskFull { .. })),
+                "no partitions or small disks where the machine cannot make them"
             );
         }
         assert_eq!(kinds.len(), KINDS.len(), "every kind is drawn: {kinds:?}");
         assert!(kinds.iter().all(|k| KINDS.contains(k)));
+        assert_eq!(
+            sizes.len(),
+            4,
+            "3 and 5 voters, 1 and 2 gateways: {sizes:?}"
+        );
+    }
+
+    #[test]
+    fn the_first_generator_draws_what_it_drew() {
+        // Seed 104 of the corpus, as session 16 shrank it: a partition from peers, then a
+        // kill of every voter.
+        let schedule = Schedule::generate_with(1, 104, ALL);
+        assert_eq!((schedule.voters, schedule.gateways), (3, 1));
+        assert!(schedule.workload.lifecycles.is_empty());
+        assert!(schedule.workload.producers.iter().all(|p| p.2 == 1));
+        let faults: Vec<Fault> = schedule.steps.iter().map(|s| s.fault).collect();
+        assert!(
+            faults.windows(2).any(|w| matches!(
+                w,
+                [
+                    Fault::Partition {
+                        clients_too: false,
+                        ..
+                    },
+                    Fault::KillAll
+                ]
+            )),
+            "{faults:?}"
+        );
+        for seed in 0..200 {
+            let kinds: Vec<_> = Schedule::generate_with(1, seed, ALL)
+                .steps
+                .iter()
+                .map(|s| s.fault.kind())
+                .collect();
+            assert!(kinds.iter().all(|k| KINDS[..8].contains(k)), "{kinds:?}");
+        }
     }
 
     #[test]

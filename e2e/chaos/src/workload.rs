@@ -18,7 +18,7 @@ use crate::schedule::Entry;
 /// Where the clients send requests, and the run's clock.
 pub struct Entries {
     pub cluster: Arc<TestCluster>,
-    pub gateway: std::net::SocketAddr,
+    pub gateways: Vec<std::net::SocketAddr>,
     pub started: Instant,
 }
 
@@ -67,8 +67,8 @@ impl Entries {
         body: Bytes,
     ) -> Option<(Reply, String)> {
         let mut at = match entry {
-            Entry::Gateway => {
-                let client = Client::new(self.gateway);
+            Entry::Gateway(g) => {
+                let client = Client::new(self.gateways[g]);
                 let reply =
                     tokio::time::timeout(ATTEMPT, client.try_send(method, path, headers, body))
                         .await
@@ -100,9 +100,9 @@ impl Entries {
     }
 
     /// The next voter to try after `entry` did not answer (the gateway stays the gateway).
-    fn next(&self, entry: Entry) -> Entry {
+    pub fn next(&self, entry: Entry) -> Entry {
         match entry {
-            Entry::Gateway => Entry::Gateway,
+            Entry::Gateway(g) => Entry::Gateway(g),
             Entry::Voter(v) => Entry::Voter((v + 1) % self.cluster.voters.len()),
         }
     }
@@ -118,6 +118,11 @@ fn outcome_of(reply: &Option<Reply>) -> (Outcome, Option<String>) {
         StatusCode::NO_CONTENT => (Outcome::Duplicate, None),
         StatusCode::SERVICE_UNAVAILABLE if marked => (Outcome::MarkedRefusal, None),
         StatusCode::SERVICE_UNAVAILABLE => (Outcome::Unknown, None),
+        // A seq that overtook the one before it (several in flight): sent again, as the
+        // official client does.
+        StatusCode::CONFLICT if reply.header("producer-expected-seq").is_some() => {
+            (Outcome::Unknown, None)
+        }
         other => (
             if marked {
                 Outcome::MarkedRefusal
@@ -129,69 +134,114 @@ fn outcome_of(reply: &Option<Reply>) -> (Outcome, Option<String>) {
     }
 }
 
-/// Producer `id` appends `p{id}:{seq}` to `stream` until `stop`, and then finishes the seq it
-/// has in doubt. Unexpected answers are pushed to `unexpected`.
+/// Producer `id` appends `p{id}:{seq}` to `stream` until `stop`, with up to `in_flight`
+/// seqs sent at once, each sent again until it is answered; after `stop` it finishes the seqs
+/// it has taken. Unexpected answers are pushed to `unexpected`.
 pub async fn produce(
     entries: Arc<Entries>,
     id: usize,
     stream: usize,
-    mut entry: Entry,
+    entry: Entry,
+    in_flight: usize,
     stop: Arc<AtomicBool>,
     unexpected: Arc<parking_lot::Mutex<Vec<String>>>,
 ) -> ProducerLog {
-    let mut log = ProducerLog {
+    let log = Arc::new(parking_lot::Mutex::new(ProducerLog {
         stream,
         id,
         ..ProducerLog::default()
-    };
-    let path = stream_path(stream);
-    let producer = format!("p{id}");
-    let mut in_doubt = false;
-    let deadline_after_stop = Duration::from_secs(60);
-    let mut stopped_at = None;
-    while !stop.load(Ordering::Relaxed) || in_doubt {
-        if stop.load(Ordering::Relaxed) {
-            let since = *stopped_at.get_or_insert_with(Instant::now);
-            if since.elapsed() > deadline_after_stop {
-                unexpected.lock().push(format!(
-                    "producer {id}: seq {} unanswered 60 s after the faults healed",
-                    log.acked_at.len()
+    }));
+    let next_seq = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let senders: Vec<_> = (0..in_flight)
+        .map(|_| {
+            let sender = Sender {
+                entries: entries.clone(),
+                id,
+                stream,
+                log: log.clone(),
+                unexpected: unexpected.clone(),
+            };
+            let (next_seq, stop) = (next_seq.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut entry = entry;
+                while !stop.load(Ordering::Relaxed) {
+                    let seq = next_seq.fetch_add(1, Ordering::Relaxed);
+                    entry = sender.send_until_answered(seq, entry, &stop).await;
+                }
+            })
+        })
+        .collect();
+    for sender in senders {
+        sender.await.expect("producer sender");
+    }
+    let mut log = std::mem::take(&mut *log.lock());
+    log.acked.sort_unstable();
+    log
+}
+
+/// One of a producer's requests in flight.
+struct Sender {
+    entries: Arc<Entries>,
+    id: usize,
+    stream: usize,
+    log: Arc<parking_lot::Mutex<ProducerLog>>,
+    unexpected: Arc<parking_lot::Mutex<Vec<String>>>,
+}
+
+impl Sender {
+    /// Sends `seq` until it is answered as applied or duplicate (giving up 60 s after `stop`);
+    /// returns the entry to use next.
+    async fn send_until_answered(&self, seq: u64, mut entry: Entry, stop: &AtomicBool) -> Entry {
+        let (entries, id) = (&self.entries, self.id);
+        let path = stream_path(self.stream);
+        let producer = format!("p{id}");
+        let mut stopped_at = None;
+        loop {
+            if stop.load(Ordering::Relaxed)
+                && stopped_at.get_or_insert_with(Instant::now).elapsed() > Duration::from_secs(60)
+            {
+                self.unexpected.lock().push(format!(
+                    "producer {id}: seq {seq} unanswered 60 s after the faults healed"
                 ));
-                break;
+                return entry;
             }
-        }
-        let seq = log.acked_at.len() as u64;
-        let seq_text = seq.to_string();
-        let headers = [
-            TEXT,
-            ("producer-id", producer.as_str()),
-            ("producer-epoch", "0"),
-            ("producer-seq", seq_text.as_str()),
-        ];
-        let body = Bytes::from(format!("p{id}:{seq}\n"));
-        let reply = entries
-            .attempt(entry, Method::POST, &path, &headers, body)
-            .await;
-        let (outcome, odd) = outcome_of(&reply);
-        if let Some(odd) = odd {
-            unexpected
-                .lock()
-                .push(format!("producer {id} seq {seq}: {odd}"));
-        }
-        log.attempts.push((seq, outcome));
-        match outcome {
-            Outcome::Applied | Outcome::Duplicate => {
-                log.acked_at.push(entries.now_ms());
-                in_doubt = false;
+            let seq_text = seq.to_string();
+            let headers = [
+                TEXT,
+                ("producer-id", producer.as_str()),
+                ("producer-epoch", "0"),
+                ("producer-seq", seq_text.as_str()),
+            ];
+            let body = Bytes::from(format!("p{id}:{seq}\n"));
+            let reply = entries
+                .attempt(entry, Method::POST, &path, &headers, body)
+                .await;
+            let (outcome, odd) = outcome_of(&reply);
+            if let Some(odd) = odd {
+                self.unexpected
+                    .lock()
+                    .push(format!("producer {id} seq {seq}: {odd}"));
             }
-            Outcome::MarkedRefusal | Outcome::Unknown => {
-                in_doubt = true;
+            {
+                let mut log = self.log.lock();
+                log.attempts.push((seq, outcome));
+                if matches!(outcome, Outcome::Applied | Outcome::Duplicate) {
+                    log.acked.push((seq, entries.now_ms()));
+                    return entry;
+                }
+            }
+            // Not applied, or not known to be: sent again (a seq that overtook the one before
+            // it soon, to the same place).
+            let overtook = reply
+                .as_ref()
+                .is_some_and(|r| r.status == StatusCode::CONFLICT);
+            if !overtook {
                 entry = entries.next(entry);
-                tokio::time::sleep(Duration::from_millis(50)).await;
             }
+            let pause = if overtook { 10 } else { 50 };
+            tokio::time::sleep(Duration::from_millis(pause)).await;
         }
     }
-    log
 }
 
 /// Plain appends `q{id}:{n}`, each sent once, whatever its answer.
@@ -306,7 +356,7 @@ pub async fn follow(
             .map(|v| (v.ip, v.client_port).into())
             .collect();
         let first = match entry {
-            Entry::Gateway => entries.gateway,
+            Entry::Gateway(g) => entries.gateways[g],
             Entry::Voter(v) => voters[v],
         };
         match crate::sse::subscribe(first, &voters, &target, &stop).await {

@@ -3,8 +3,8 @@
 //! when one does not answer.
 
 use std::io::{BufRead, BufReader};
-use std::net::Ipv4Addr;
-use std::path::PathBuf;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -74,6 +74,17 @@ pub struct TestCluster {
     pub network: Option<Network>,
 }
 
+/// What a fault campaign changes in a cluster's layout; the default is the tests' layout.
+#[derive(Default)]
+pub struct Layout {
+    /// The cluster URL every voter is given for voter `i`, whose cluster listener is at the
+    /// address passed: a fault-injecting relay in front of it, say.
+    pub advertise: Option<Box<dyn Fn(usize, SocketAddr) -> SocketAddr>>,
+    /// Called with voter `i`'s empty data directory before it first starts: to mount a small
+    /// disk there, say.
+    pub prepare_data: Option<Box<dyn Fn(usize, &Path)>>,
+}
+
 /// Whether the voters run as on a slow machine: each in a CPU cgroup of its own, with a slow
 /// disk (`e2e/slow/exec.sh`, with its settings from the environment). `.ci/run` runs the
 /// cluster fault tests this way too.
@@ -102,24 +113,30 @@ fn log_tail(path: &std::path::Path) -> String {
 impl TestCluster {
     /// Starts `n` voters with fast elections; `raft_extra` is added to each `[raft]` table.
     pub fn start(n: usize, raft_extra: &str) -> Self {
-        Self::start_on(None, n, 0, "", raft_extra)
+        Self::start_on(None, n, 0, "", raft_extra, Layout::default())
+    }
+
+    /// Starts `n` voters laid out as `layout` says, each in its own namespace of `network` if
+    /// there is one.
+    pub fn start_laid_out(network: Option<Network>, n: usize, layout: Layout) -> Self {
+        Self::start_on(network, n, 0, "", "", layout)
     }
 
     /// Starts `n` voters, with room for `spare` more (IDs `n + 1` and up): their configs join
     /// the cluster (`raft.join`) and list every voter, but they start only with
     /// `start_spare`, to be added through the admin API's membership routes.
     pub fn start_growable(n: usize, spare: usize, raft_extra: &str) -> Self {
-        Self::start_on(None, n, spare, "", raft_extra)
+        Self::start_on(None, n, spare, "", raft_extra, Layout::default())
     }
 
     /// The same, with `server_extra` added to each `[server]` table.
     pub fn start_with(n: usize, server_extra: &str, raft_extra: &str) -> Self {
-        Self::start_on(None, n, 0, server_extra, raft_extra)
+        Self::start_on(None, n, 0, server_extra, raft_extra, Layout::default())
     }
 
     /// Starts `n` voters, each in its own namespace of `network`, on the contract's ports.
     pub fn start_partitionable(network: Network, n: usize, raft_extra: &str) -> Self {
-        Self::start_on(Some(network), n, 0, "", raft_extra)
+        Self::start_on(Some(network), n, 0, "", raft_extra, Layout::default())
     }
 
     fn start_on(
@@ -128,6 +145,7 @@ impl TestCluster {
         spare: usize,
         server_extra: &str,
         raft_extra: &str,
+        layout: Layout,
     ) -> Self {
         let n = seed + spare;
         let dir = tempfile::tempdir().expect("tempdir");
@@ -168,14 +186,18 @@ impl TestCluster {
             .expect("run ursula-node signing-key");
         assert!(made.status.success(), "ursula-node signing-key: {made:?}");
         let (mut peers, mut seed_peers) = (String::new(), String::new());
-        for (id, (client_ip, cluster_ip, ports)) in addresses.iter().enumerate() {
+        for (id, &(client_ip, cluster_ip, ports)) in addresses.iter().enumerate() {
             if id == seed {
                 seed_peers = peers.clone();
             }
+            let listens: SocketAddr = (cluster_ip, ports[2]).into();
+            let cluster_addr = layout
+                .advertise
+                .as_ref()
+                .map_or(listens, |advertise| advertise(id, listens));
             peers.push_str(&format!(
-                "[[raft.peers]]\nid = {}\ncluster_url = \"https://{cluster_ip}:{}\"\nclient_url = \"http://{client_ip}:{}\"\n",
+                "[[raft.peers]]\nid = {}\ncluster_url = \"https://{cluster_addr}\"\nclient_url = \"http://{client_ip}:{}\"\n",
                 id + 1,
-                ports[2],
                 ports[0],
             ));
         }
@@ -191,6 +213,9 @@ impl TestCluster {
             };
             let data = dir.path().join(format!("node-{}", id + 1));
             std::fs::create_dir_all(&data).expect("data dir");
+            if let Some(prepare) = &layout.prepare_data {
+                prepare(id, &data);
+            }
             let config = dir.path().join(format!("node-{}.toml", id + 1));
             let text = format!(
                 "node_id = {}\ndata_dir = {:?}\n[server]\nlisten = \"{client_ip}:{}\"\nadmin_listen = \"{client_ip}:{}\"\ncluster_listen = \"{cluster_ip}:{}\"\nlong_poll_timeout = \"300ms\"\n{}{server_extra}\n[raft]\ngroup_count = {group_count}\n{join}{timeouts}{raft_extra}\n[raft.wal]\nmin_available_size = 1048576\nresume_available_size = 2097152\n[subscriptions]\nsigning_key_file = {signing_key:?}\nallow_loopback_webhooks = true\n{peers}",
@@ -238,7 +263,7 @@ impl TestCluster {
     pub fn wipe(&self, i: usize) {
         self.kill(i);
         let voter = &self.voters[i];
-        let data = self.dir.path().join(format!("node-{}", voter.id));
+        let data = self.data_dir(i);
         std::fs::remove_dir_all(&data).expect("remove the data dir");
         std::fs::create_dir_all(&data).expect("data dir");
         let config = std::fs::read_to_string(&voter.config).expect("config");
@@ -246,6 +271,10 @@ impl TestCluster {
             let config = config.replacen("[raft]\n", "[raft]\njoin = true\n", 1);
             std::fs::write(&voter.config, config).expect("config");
         }
+    }
+
+    pub fn data_dir(&self, i: usize) -> PathBuf {
+        self.dir.path().join(format!("node-{}", self.voters[i].id))
     }
 
     /// Voter `i`'s admin API, with a JSON body or none: the answer's status and JSON.
@@ -350,6 +379,35 @@ impl TestCluster {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// SIGTERM, as Kubernetes stops a pod: the node shuts down in order; SIGKILL if it has
+    /// not exited after `grace`. Whether it exited by itself.
+    pub fn stop(&self, i: usize, grace: Duration) -> bool {
+        let child = self.voters[i].child.lock().take();
+        let Some(mut child) = child else {
+            return true;
+        };
+        // SAFETY: a signal to a child process this test started.
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline {
+            if child.try_wait().ok().flatten().is_some() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        false
+    }
+
+    /// Whether voter `i`'s process exited by itself (it is then reaped, and not running).
+    pub fn exited(&self, i: usize) -> Option<std::process::ExitStatus> {
+        let mut child = self.voters[i].child.lock();
+        let status = child.as_mut()?.try_wait().ok().flatten()?;
+        *child = None;
+        Some(status)
     }
 
     pub fn restart(&self, i: usize) {
@@ -544,6 +602,28 @@ impl TestCluster {
         })
         .await;
         bytes
+    }
+
+    /// Reads a whole stream from its leader, with the last page's answer; `None` when it is not
+    /// there (404, or 410 Gone).
+    pub async fn read_if_there(&self, path: &str) -> Option<(Vec<u8>, Reply)> {
+        let get = async |target: &str| {
+            self.send(
+                0,
+                Method::GET,
+                target,
+                &[],
+                Bytes::new(),
+                Duration::from_secs(20),
+            )
+            .await
+            .expect("a leader answers the read")
+        };
+        let first = get(&format!("{path}?offset=-1")).await;
+        if matches!(first.status, StatusCode::NOT_FOUND | StatusCode::GONE) {
+            return None;
+        }
+        Some(crate::http::read_pages(path, "-1", get).await)
     }
 
     /// Waits until every running voter's own copy of the stream is the given bytes (its

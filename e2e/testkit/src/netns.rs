@@ -22,6 +22,9 @@ pub struct Network {
     tag: String,
     pub client_ips: Vec<Ipv4Addr>,
     pub cluster_ips: Vec<Ipv4Addr>,
+    /// The test namespace's own address on the cluster network: what a relay between the
+    /// voters listens on.
+    pub host_cluster_ip: Ipv4Addr,
 }
 
 fn ip(args: &[&str]) -> Result<(), String> {
@@ -54,6 +57,10 @@ impl Network {
             tag,
             client_ips: Vec::new(),
             cluster_ips: Vec::new(),
+            host_cluster_ip: {
+                let [a, b, c] = subnet(1);
+                Ipv4Addr::new(a, b, c, 1)
+            },
         };
         for (net, bridge) in [
             (0, network.bridge(Link::Client)),

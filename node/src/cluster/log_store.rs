@@ -234,6 +234,12 @@ impl LogDb {
         self.writer_turns.clone()
     }
 
+    /// Whether no change waits to be sent to the writer.
+    pub(super) fn outbox_empty(&self) -> bool {
+        let outbox = self.outbox.lock();
+        outbox.changes.is_empty() && !outbox.flush_scheduled
+    }
+
     /// The log of one group.
     pub fn group(self: &Arc<Self>, group: u32) -> LogStore {
         LogStore {

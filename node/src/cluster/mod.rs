@@ -14,6 +14,7 @@
 //!   groups' concurrent appends and votes to a peer into one exchange on one connection,
 //!   framed by `frame`; snapshots and forwarded purges are HTTP/2 requests. `transport`
 //!   is how voters connect and prove their node IDs (mutual TLS).
+//! - `stop`: the order in which a voter's replication stops.
 
 pub mod address_book;
 pub mod batcher;
@@ -31,6 +32,7 @@ pub mod peer_link;
 pub mod rejoin;
 pub mod service;
 pub mod state_machine;
+pub mod stop;
 pub mod transport;
 pub mod types;
 

@@ -56,11 +56,18 @@ pub async fn serve(
     tls: Option<Arc<ClusterTls>>,
     mut stopping: watch::Receiver<bool>,
 ) {
+    // Every connection ends with the listener, so that no peer's call reaches a Raft group
+    // that is shutting down.
+    let mut connections = tokio::task::JoinSet::new();
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
-            () = crate::shutdown::until_stopping(&mut stopping) => return,
+            () = crate::shutdown::until_stopping(&mut stopping) => {
+                connections.shutdown().await;
+                return;
+            }
         };
+        while connections.try_join_next().is_some() {}
         let (stream, address) = match accepted {
             Ok(accepted) => accepted,
             Err(error) => {
@@ -72,7 +79,7 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let served = served.clone();
         let tls = tls.clone();
-        tokio::spawn(async move {
+        connections.spawn(async move {
             let (stream, is_link, identity): (Box<dyn Wire>, _, _) = match &tls {
                 Some(tls) => match tls.accept(stream).await {
                     Ok((stream, is_link, identity)) => (stream, is_link, Some(identity)),
