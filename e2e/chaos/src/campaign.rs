@@ -17,13 +17,14 @@ use ursula_testkit::cluster::{Layout, TestCluster};
 use ursula_testkit::netns::Network;
 
 use crate::checker::check;
+use crate::clock::{self, Clocks};
 use crate::history::History;
 use crate::relay::{LinkFault, Relay};
 use crate::schedule::{Fault, Schedule, Target};
 use crate::workload::{self, Entries, bucket, stream_path};
 use crate::{disk, lifecycle};
 
-/// A voter's resident memory after a run stays under this.
+/// A voter's or a gateway's resident memory after a run stays under this.
 const MEMORY_BOUND_KIB: u64 = 1024 * 1024;
 
 pub struct Report {
@@ -115,6 +116,9 @@ pub fn run(schedule: &Schedule, partitions: bool) -> Report {
         .into();
     let relays = Arc::new(parking_lot::Mutex::new(Vec::new()));
     let small_disks = Arc::new(disk::SmallDisks::default());
+    let clocks = schedule
+        .steps_clocks()
+        .then(|| Arc::new(Clocks::new(clock::library().expect("libfaketime"))));
     let layout = {
         let (relays, handle) = (relays.clone(), runtime.handle().clone());
         let (disks, wanted) = (small_disks.clone(), schedule.small_disks());
@@ -130,6 +134,10 @@ pub fn run(schedule: &Schedule, partitions: bool) -> Report {
                     disks.mount(dir);
                 }
             })),
+            environment: clocks.clone().map(|clocks| {
+                Box::new(move |voter| clocks.environment(voter))
+                    as ursula_testkit::cluster::Environment
+            }),
         }
     };
     let cluster = Arc::new(TestCluster::start_laid_out(
@@ -223,7 +231,14 @@ pub fn run(schedule: &Schedule, partitions: bool) -> Report {
                 })
                 .collect();
 
-            let lifecycles: Vec<_> = workload
+            let pollers: Vec<_> = workload
+            .pollers
+            .iter()
+            .map(|&(stream, entry)| {
+                tokio::spawn(workload::poll(entries.clone(), stream, entry, stop.clone()))
+            })
+            .collect();
+        let lifecycles: Vec<_> = workload
                 .lifecycles
                 .iter()
                 .enumerate()
@@ -235,15 +250,16 @@ pub fn run(schedule: &Schedule, partitions: bool) -> Report {
             let faults = Faults {
                 cluster: &cluster,
                 relays: &relays,
+                clocks: clocks.as_deref(),
                 schedule,
             };
             for step in &schedule.steps {
                 tokio::time::sleep(Duration::from_millis(step.pause_ms)).await;
-                if let Some(note) = faults
+                if let Some(anomaly) = faults
                     .inject(&mut gateways, step.fault, step.lasts_ms)
                     .await
                 {
-                    notes.push(note);
+                    anomalies.push(anomaly);
                 }
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -263,7 +279,10 @@ pub fn run(schedule: &Schedule, partitions: bool) -> Report {
             for task in followers {
                 history.follows.push(task.await.expect("follower"));
             }
-            for task in lifecycles {
+            for task in pollers {
+            history.follows.push(task.await.expect("long-poll follower"));
+        }
+        for task in lifecycles {
                 history
                     .lifecycles
                     .push(task.await.expect("lifecycle client"));
@@ -285,10 +304,11 @@ pub fn run(schedule: &Schedule, partitions: bool) -> Report {
             cluster.wait_ready().await;
             let ready = started.elapsed();
             eprintln!(
-                "  faults done at {:.1} s, clients at {:.1} s, voters ready at {:.1} s",
+                "  faults done at {:.1} s, clients at {:.1} s, voters ready at {:.1} s; {} lifecycle rounds",
                 faults_done.as_secs_f64(),
                 clients_done.as_secs_f64(),
-                ready.as_secs_f64()
+                ready.as_secs_f64(),
+                history.lifecycles.iter().map(|l| l.rounds.len()).sum::<usize>()
             );
             for stream in 0..schedule.workload.streams {
                 let bytes = cluster.read_all(&stream_path(stream)).await;
@@ -302,18 +322,7 @@ pub fn run(schedule: &Schedule, partitions: bool) -> Report {
             for log in &history.lifecycles {
                 let mut rounds = Vec::new();
                 for round in &log.rounds {
-                    let remains = async |path: String| {
-                        cluster.read_if_there(&path).await.map(|(bytes, last)| {
-                            (
-                                String::from_utf8_lossy(&bytes).into_owned(),
-                                last.header("stream-closed") == Some("true"),
-                            )
-                        })
-                    };
-                    rounds.push((
-                        remains(lifecycle::source_path(log.client, round.n)).await,
-                        remains(lifecycle::fork_path(log.client, round.n)).await,
-                    ));
+                    rounds.push(lifecycle::remains(&cluster, log.client, round.n).await);
                 }
                 history.lifecycle_finals.push(rounds);
             }
@@ -350,6 +359,14 @@ pub fn run(schedule: &Schedule, partitions: bool) -> Report {
         }
     }
     for (g, gateway) in gateways.iter().enumerate() {
+        if let Some(rss) = gateway
+            .child
+            .as_ref()
+            .and_then(|child| ursula_testkit::cluster::rss_kib(child.id()))
+            && rss > MEMORY_BOUND_KIB
+        {
+            anomalies.push(format!("gateway {g} uses {rss} KiB"));
+        }
         let log = std::fs::read_to_string(&gateway.log).unwrap_or_default();
         for line in explained.unexplained(&log) {
             anomalies.push(format!("gateway {g} logged: {line}"));
@@ -428,12 +445,13 @@ async fn resolve(cluster: &TestCluster, target: Target) -> usize {
 struct Faults<'a> {
     cluster: &'a Arc<TestCluster>,
     relays: &'a [Relay],
+    clocks: Option<&'a Clocks>,
     schedule: &'a Schedule,
 }
 
 impl Faults<'_> {
-    /// Injects `fault`, holds it `lasts_ms`, and heals it; a note if something worth telling
-    /// happened that is not an anomaly.
+    /// Injects `fault`, holds it `lasts_ms`, and heals it; what went wrong doing it (a voter
+    /// that does not stop cleanly on SIGTERM).
     async fn inject(
         &self,
         gateways: &mut [Gateway],
@@ -518,6 +536,13 @@ impl Faults<'_> {
                 // A voter that exits meanwhile is started again by `supervise`.
                 let _ = std::fs::remove_file(&filler);
             }
+            Fault::ClockStep { target, seconds } => {
+                let v = resolve(cluster, target).await;
+                let clocks = self.clocks.expect("fake clocks where a clock steps");
+                clocks.step(v, seconds);
+                tokio::time::sleep(hold).await;
+                clocks.step(v, 0);
+            }
             Fault::RollingRestart => {
                 for v in 0..self.schedule.voters {
                     let stopped = tokio::task::spawn_blocking({
@@ -530,8 +555,14 @@ impl Faults<'_> {
                     })
                     .await
                     .expect("restart a voter");
-                    if !stopped {
-                        return Some(format!("voter {} did not stop on SIGTERM in 10 s", v + 1));
+                    match stopped {
+                        Some(status) if status.success() => {}
+                        Some(status) => {
+                            return Some(format!("voter {} exited {status} on SIGTERM", v + 1));
+                        }
+                        None => {
+                            return Some(format!("voter {} still ran 10 s after SIGTERM", v + 1));
+                        }
                     }
                     cluster.wait_ready().await;
                 }

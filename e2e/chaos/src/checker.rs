@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use crate::history::{History, Outcome, Remains, Round, Step};
-use crate::lifecycle::{fork_record, source_records};
+use crate::history::{History, Outcome, Round, RoundRemains, Step};
+use crate::lifecycle::{SNAPSHOT, fork_record, offset_after, source_records};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Anomaly {
@@ -190,8 +190,8 @@ pub fn check(history: &History) -> Vec<Anomaly> {
         }
     }
     for (log, finals) in history.lifecycles.iter().zip(&history.lifecycle_finals) {
-        for (round, (source, fork)) in log.rounds.iter().zip(finals) {
-            for what in lifecycle_round(log.client, round, source, fork) {
+        for (round, remains) in log.rounds.iter().zip(finals) {
+            for what in lifecycle_round(log.client, round, remains) {
                 anomalies.push(Anomaly::Lifecycle {
                     client: log.client,
                     round: round.n,
@@ -204,7 +204,8 @@ pub fn check(history: &History) -> Vec<Anomaly> {
 }
 
 /// What is wrong with one lifecycle round's streams, given the steps acknowledged and sent.
-fn lifecycle_round(client: usize, round: &Round, source: &Remains, fork: &Remains) -> Vec<String> {
+fn lifecycle_round(client: usize, round: &Round, remains: &RoundRemains) -> Vec<String> {
+    let (source, fork) = (&remains.source, &remains.fork);
     let mut wrong: Vec<String> = round.odd.clone();
     let done = |step| round.done.contains(&step);
     let sent = |step| round.attempted.contains(&step);
@@ -259,6 +260,28 @@ fn lifecycle_round(client: usize, round: &Round, source: &Remains, fork: &Remain
             }
         }
         None => {}
+    }
+    if done(Step::Retain) {
+        let kept: String = records.lines().skip(1).map(|l| format!("{l}\n")).collect();
+        if remains.retained_from.as_deref() != Some(kept.as_str()) {
+            wrong.push(format!(
+                "the retained stream holds {:?} from its retention point, not {kept:?}",
+                remains.retained_from
+            ));
+        }
+        let retained_from = offset_after(client, round.n, 1);
+        if remains.below_retention != (410, Some(retained_from.clone())) {
+            wrong.push(format!(
+                "a read below the retention point answers {:?}, not 410 from {retained_from}",
+                remains.below_retention
+            ));
+        }
+    }
+    if done(Step::Snapshot) && remains.snapshot != (200, SNAPSHOT.to_owned()) {
+        wrong.push(format!(
+            "the snapshot reads {:?}, not 200 {SNAPSHOT:?}",
+            remains.snapshot
+        ));
     }
     wrong
 }
@@ -322,12 +345,31 @@ mod tests {
                 ],
             }],
             lifecycle_finals: vec![vec![
-                (
-                    None,
-                    Some((format!("{}l0.0.f\n", source_records(0, 0)), false)),
-                ),
-                (Some((source_records(0, 1), true)), None),
+                RoundRemains {
+                    fork: Some((format!("{}l0.0.f\n", source_records(0, 0)), false)),
+                    ..retained(0)
+                },
+                RoundRemains {
+                    source: Some((source_records(0, 1), true)),
+                    ..retained(1)
+                },
             ]],
+        }
+    }
+
+    /// A round's third stream, its snapshot published and its retention advanced.
+    fn retained(n: u64) -> RoundRemains {
+        RoundRemains {
+            retained_from: Some(
+                source_records(0, n)
+                    .lines()
+                    .skip(1)
+                    .map(|l| format!("{l}\n"))
+                    .collect(),
+            ),
+            below_retention: (410, Some(offset_after(0, n, 1))),
+            snapshot: (200, SNAPSHOT.to_owned()),
+            ..RoundRemains::default()
         }
     }
 
@@ -339,6 +381,12 @@ mod tests {
             Step::Append,
             Step::Fork,
             Step::AppendToFork,
+            Step::CreateRetained,
+            Step::AppendRetained,
+            Step::AppendRetained,
+            Step::AppendRetained,
+            Step::Snapshot,
+            Step::Retain,
             Step::Close,
             delete,
         ];
@@ -355,26 +403,45 @@ mod tests {
         type Plant = fn(&mut History);
         let cases: Vec<(Plant, u64, &str)> = vec![
             (
-                |h| h.lifecycle_finals[0][1].0 = Some((source_records(0, 1), false)),
+                |h| h.lifecycle_finals[0][1].source = Some((source_records(0, 1), false)),
                 1,
                 "the source is open after its close",
             ),
             (
-                |h| h.lifecycle_finals[0][0].0 = Some((source_records(0, 0), true)),
+                |h| h.lifecycle_finals[0][0].source = Some((source_records(0, 0), true)),
                 0,
                 "the source is there after its delete",
             ),
             (
-                |h| h.lifecycle_finals[0][1].0 = Some(("l0.1.0\n".into(), true)),
+                |h| h.lifecycle_finals[0][1].source = Some(("l0.1.0\n".into(), true)),
                 1,
                 "the source holds",
             ),
             (
-                |h| h.lifecycle_finals[0][0].1 = Some((source_records(0, 0), false)),
+                |h| h.lifecycle_finals[0][0].fork = Some((source_records(0, 0), false)),
                 0,
                 "the fork holds",
             ),
-            (|h| h.lifecycle_finals[0][0].1 = None, 0, "the fork is gone"),
+            (
+                |h| h.lifecycle_finals[0][0].fork = None,
+                0,
+                "the fork is gone",
+            ),
+            (
+                |h| h.lifecycle_finals[0][1].retained_from = Some(source_records(0, 1)),
+                1,
+                "the retained stream holds",
+            ),
+            (
+                |h| h.lifecycle_finals[0][1].below_retention = (200, None),
+                1,
+                "a read below the retention point",
+            ),
+            (
+                |h| h.lifecycle_finals[0][0].snapshot = (404, String::new()),
+                0,
+                "the snapshot reads",
+            ),
             (
                 |h| h.lifecycles[0].rounds[1].appended_after_close = Some("204".into()),
                 1,
@@ -396,7 +463,7 @@ mod tests {
         // A delete of unknown fate may or may not have applied.
         let mut history = healthy();
         history.lifecycles[0].rounds[0].done.pop();
-        history.lifecycle_finals[0][0].0 = Some((source_records(0, 0), true));
+        history.lifecycle_finals[0][0].source = Some((source_records(0, 0), true));
         assert_eq!(check(&history), vec![]);
     }
 

@@ -59,6 +59,10 @@ pub enum Step {
     Append,
     Fork,
     AppendToFork,
+    CreateRetained,
+    AppendRetained,
+    Snapshot,
+    Retain,
     Close,
     DeleteSource,
     DeleteFork,
@@ -87,6 +91,18 @@ pub struct LifecycleLog {
 /// when it is not there.
 pub type Remains = Option<(String, bool)>;
 
+/// A round's streams after everything healed.
+#[derive(Clone, Debug, Default)]
+pub struct RoundRemains {
+    pub source: Remains,
+    pub fork: Remains,
+    /// The third stream: read from the retention point, read from its start (the status and
+    /// `Stream-Retained-Offset` of the answer), and its snapshot (status, body).
+    pub retained_from: Option<String>,
+    pub below_retention: (u16, Option<String>),
+    pub snapshot: (u16, String),
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct History {
     pub producers: Vec<ProducerLog>,
@@ -97,7 +113,7 @@ pub struct History {
     /// Each stream's bytes after everything healed.
     pub finals: Vec<String>,
     /// Each lifecycle round's source and fork after everything healed, by client and round.
-    pub lifecycle_finals: Vec<Vec<(Remains, Remains)>>,
+    pub lifecycle_finals: Vec<Vec<RoundRemains>>,
 }
 
 impl History {

@@ -5,6 +5,7 @@
 
 pub mod campaign;
 pub mod checker;
+pub mod clock;
 pub mod disk;
 pub mod history;
 pub mod lifecycle;

@@ -77,6 +77,7 @@ mod tests {
             crate::schedule::Abilities {
                 partitions: false,
                 disks: false,
+                clocks: false,
             },
         );
         let explained = Explained::by(&schedule);

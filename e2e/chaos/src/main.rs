@@ -31,6 +31,9 @@ struct Args {
     /// shrink printed.
     #[arg(long, value_delimiter = ',')]
     keep: Vec<usize>,
+    /// Print each seed's schedule and run nothing.
+    #[arg(long)]
+    dry_run: bool,
 }
 
 fn main() -> ExitCode {
@@ -38,12 +41,16 @@ fn main() -> ExitCode {
     let abilities = Abilities {
         partitions: ursula_testkit::netns::Network::create(1).is_ok(),
         disks: ursula_chaos::disk::can_mount(),
+        clocks: ursula_chaos::clock::library().is_some(),
     };
     if !abilities.partitions {
         eprintln!("no network namespaces here (root or CAP_NET_ADMIN): no partitions");
     }
     if !abilities.disks {
         eprintln!("no tmpfs mounts here (root): no full disks");
+    }
+    if !abilities.clocks {
+        eprintln!("no libfaketime here (Debian package faketime): no clock steps");
     }
     let first = args.first_seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
@@ -83,6 +90,9 @@ fn main() -> ExitCode {
             schedule.gateways,
             schedule.describe()
         );
+        if args.dry_run {
+            continue;
+        }
         let report = run_one(&schedule, abilities.partitions);
         println!(
             "seed {seed}: {} operations, {} anomalies, {:.1} s",

@@ -46,6 +46,10 @@ pub enum Fault {
     /// Each voter in turn stopped with SIGTERM, as Kubernetes stops a pod, and started again
     /// once it is gone; the next one once every voter is ready.
     RollingRestart,
+    /// The target's wall clock stepped by `seconds` (forward or back), and stepped back when
+    /// the fault ends, as NTP would correct it; its monotonic clock runs on. Through
+    /// libfaketime (`LD_PRELOAD`, a timestamp file per voter, read again every second).
+    ClockStep { target: Target, seconds: i64 },
 }
 
 impl Fault {
@@ -78,12 +82,13 @@ impl Fault {
             } => "resetting link",
             Fault::DiskFull { .. } => "disk full",
             Fault::RollingRestart => "rolling restart",
+            Fault::ClockStep { .. } => "clock step",
         }
     }
 }
 
 /// The kinds, in the order the results table lists them.
-pub const KINDS: [&str; 13] = [
+pub const KINDS: [&str; 14] = [
     "kill leader",
     "kill voter",
     "freeze",
@@ -97,6 +102,7 @@ pub const KINDS: [&str; 13] = [
     "resetting link",
     "disk full",
     "rolling restart",
+    "clock step",
 ];
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -119,6 +125,8 @@ pub struct Workload {
     /// Catch-up readers and SSE followers: (stream, entry).
     pub readers: Vec<(usize, Entry)>,
     pub followers: Vec<(usize, Entry)>,
+    /// Long-poll followers: (stream, entry).
+    pub pollers: Vec<(usize, Entry)>,
     /// Clients that create, append to, fork, close and delete streams of their own bucket:
     /// their entries.
     pub lifecycles: Vec<Entry>,
@@ -148,6 +156,8 @@ pub struct Abilities {
     pub partitions: bool,
     /// Small disks of their own for voters (tmpfs mounts: root).
     pub disks: bool,
+    /// Fake wall clocks (libfaketime installed).
+    pub clocks: bool,
 }
 
 impl Schedule {
@@ -227,16 +237,16 @@ impl Schedule {
                     }
                 } else {
                     match rng.below(100) {
-                        0..20 => Fault::Kill(target(&mut rng)),
-                        20..30 => Fault::Freeze(target(&mut rng)),
-                        30..44 => Fault::Partition {
+                        0..18 => Fault::Kill(target(&mut rng)),
+                        18..27 => Fault::Freeze(target(&mut rng)),
+                        27..40 => Fault::Partition {
                             target: target(&mut rng),
                             clients_too: rng.percent(50),
                         },
-                        44..49 => Fault::KillAll,
-                        49..57 => Fault::Drain(target(&mut rng)),
-                        57..63 => Fault::KillGateway(rng.below(gateways as u64) as usize),
-                        63..81 => Fault::FlakyLink {
+                        40..45 => Fault::KillAll,
+                        45..52 => Fault::Drain(target(&mut rng)),
+                        52..58 => Fault::KillGateway(rng.below(gateways as u64) as usize),
+                        58..75 => Fault::FlakyLink {
                             target: target(&mut rng),
                             link: match rng.below(3) {
                                 0 => LinkFault::Delay {
@@ -249,16 +259,27 @@ impl Schedule {
                                 },
                             },
                         },
-                        81..91 => Fault::DiskFull {
+                        75..84 => Fault::DiskFull {
                             voter: rng.below(voters as u64) as usize,
                             to_zero: rng.percent(50),
                         },
-                        _ => Fault::RollingRestart,
+                        84..92 => Fault::RollingRestart,
+                        // Forward up to 6 hours, or back up to 30 minutes (the test
+                        // certificates are valid from an hour before they were made).
+                        _ => Fault::ClockStep {
+                            target: target(&mut rng),
+                            seconds: if rng.percent(50) {
+                                rng.between(10, 6 * 3600) as i64
+                            } else {
+                                -(rng.between(10, 1800) as i64)
+                            },
+                        },
                     }
                 };
                 let possible = match fault {
                     Fault::Partition { .. } => abilities.partitions,
                     Fault::DiskFull { .. } => abilities.disks,
+                    Fault::ClockStep { .. } => abilities.clocks,
                     _ => true,
                 };
                 if possible {
@@ -271,10 +292,12 @@ impl Schedule {
                 lasts_ms: rng.between(200, 2500),
             });
         }
-        let lifecycles = if v1 {
-            Vec::new()
+        let (lifecycles, pollers) = if v1 {
+            (Vec::new(), Vec::new())
         } else {
-            (0..rng.between(1, 2)).map(|_| entry(&mut rng)).collect()
+            let lifecycles = (0..rng.between(1, 2)).map(|_| entry(&mut rng)).collect();
+            let n = rng.between(1, 2);
+            (lifecycles, clients(n, &mut rng))
         };
         Self {
             seed,
@@ -288,9 +311,17 @@ impl Schedule {
                 plain_writers,
                 readers,
                 followers,
+                pollers,
                 lifecycles,
             },
         }
+    }
+
+    /// Whether the voters run on fake clocks: a `ClockStep` is drawn.
+    pub fn steps_clocks(&self) -> bool {
+        self.steps
+            .iter()
+            .any(|step| matches!(step.fault, Fault::ClockStep { .. }))
     }
 
     /// The voters whose data directory is a small disk of its own: those a `DiskFull` hits.
@@ -336,10 +367,12 @@ mod tests {
     const ALL: Abilities = Abilities {
         partitions: true,
         disks: true,
+        clocks: true,
     };
     const NONE: Abilities = Abilities {
         partitions: false,
         disks: false,
+        clocks: false,
     };
 
     #[test]
@@ -361,9 +394,9 @@ mod tests {
                 kinds.insert(step.fault.kind());
                 let target = match step.fault {
                     Fault::Kill(t) | Fault::Freeze(t) | Fault::Drain(t) => Some(t),
-                    Fault::Partition { target, .. } | Fault::FlakyLink { target, .. } => {
-                        Some(target)
-                    }
+                    Fault::Partition { target, .. }
+                    | Fault::FlakyLink { target, .. }
+                    | Fault::ClockStep { target, .. } => Some(target),
                     Fault::DiskFull { voter, .. } => Some(Target::Voter(voter)),
                     Fault::KillGateway(g) => {
                         assert!(g < schedule.gateways);
@@ -387,7 +420,8 @@ mod tests {
                 })
                 .chain(workload.plain_writers.iter().copied())
                 .chain(workload.readers.iter().copied())
-                .chain(workload.followers.iter().copied());
+                .chain(workload.followers.iter().copied())
+                .chain(workload.pollers.iter().copied());
             for (stream, entry) in entries {
                 assert!(stream < streams);
                 match entry {
@@ -398,11 +432,11 @@ mod tests {
             assert!((1..=2).contains(&workload.lifecycles.len()));
             let without = Schedule::generate(seed, NONE);
             assert!(
-                without
-                    .steps
-                    .iter()
-                    .all(|s| !matches!(s.fault, Fault::Partition { .. } | Fault::DiskFull { .. })),
-                "no partitions or small disks where the machine cannot make them"
+                without.steps.iter().all(|s| !matches!(
+                    s.fault,
+                    Fault::Partition { .. } | Fault::DiskFull { .. } | Fault::ClockStep { .. }
+                )),
+                "no partitions, small disks or fake clocks where the machine cannot make them"
             );
         }
         assert_eq!(kinds.len(), KINDS.len(), "every kind is drawn: {kinds:?}");

@@ -332,6 +332,45 @@ pub async fn read(
     reads
 }
 
+/// A long-poll follower from the stream's start: each answer's bytes appended, its next offset
+/// the next request's, until `stop`.
+pub async fn poll(
+    entries: Arc<Entries>,
+    stream: usize,
+    mut entry: Entry,
+    stop: Arc<AtomicBool>,
+) -> FollowLog {
+    let path = stream_path(stream);
+    let mut log = FollowLog {
+        stream,
+        data: String::new(),
+        reconnects: 0,
+    };
+    let mut offset = "-1".to_owned();
+    while !stop.load(Ordering::Relaxed) {
+        let target = format!("{path}?offset={offset}&live=long-poll");
+        let reply = entries
+            .attempt(entry, Method::GET, &target, &[], Bytes::new())
+            .await;
+        let next = reply.as_ref().and_then(|reply| {
+            let answered = matches!(reply.status, StatusCode::OK | StatusCode::NO_CONTENT);
+            answered.then(|| reply.header("stream-next-offset"))?
+        });
+        match (reply.as_ref(), next) {
+            (Some(reply), Some(next)) => {
+                log.data.push_str(&String::from_utf8_lossy(&reply.body));
+                offset = next.to_owned();
+            }
+            _ => {
+                entry = entries.next(entry);
+                log.reconnects += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    log
+}
+
 /// An SSE follower from the stream's start, reconnecting from the last offset it was given
 /// whenever its response ends or fails, until `stop`.
 pub async fn follow(

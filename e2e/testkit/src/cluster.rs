@@ -28,6 +28,7 @@ pub struct Voter {
     pub cluster_addr: std::net::SocketAddr,
     config: PathBuf,
     pub log: PathBuf,
+    env: Vec<(String, String)>,
     child: parking_lot::Mutex<Option<Child>>,
 }
 
@@ -46,11 +47,7 @@ impl Voter {
 
     /// Its resident memory (`VmRSS`), while it runs.
     pub fn rss_kib(&self) -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;
-        status
-            .lines()
-            .find_map(|line| line.strip_prefix("VmRSS:"))
-            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        rss_kib(self.pid()? as u32)
     }
 
     fn pid(&self) -> Option<libc::pid_t> {
@@ -74,15 +71,32 @@ pub struct TestCluster {
     pub network: Option<Network>,
 }
 
+/// The resident memory (`VmRSS`) of process `pid`.
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// The cluster URL every voter is given for voter `i`, whose cluster listener is at the
+/// address passed.
+pub type Advertise = Box<dyn Fn(usize, SocketAddr) -> SocketAddr>;
+/// Called with voter `i`'s empty data directory before it first starts.
+pub type PrepareData = Box<dyn Fn(usize, &Path)>;
+/// Environment variables voter `i` runs with, at every start.
+pub type Environment = Box<dyn Fn(usize) -> Vec<(String, String)>>;
+
 /// What a fault campaign changes in a cluster's layout; the default is the tests' layout.
 #[derive(Default)]
 pub struct Layout {
-    /// The cluster URL every voter is given for voter `i`, whose cluster listener is at the
-    /// address passed: a fault-injecting relay in front of it, say.
-    pub advertise: Option<Box<dyn Fn(usize, SocketAddr) -> SocketAddr>>,
-    /// Called with voter `i`'s empty data directory before it first starts: to mount a small
-    /// disk there, say.
-    pub prepare_data: Option<Box<dyn Fn(usize, &Path)>>,
+    /// A fault-injecting relay in front of each voter's cluster listener, say.
+    pub advertise: Option<Advertise>,
+    /// To mount a small disk there, say.
+    pub prepare_data: Option<PrepareData>,
+    /// A fake clock, say.
+    pub environment: Option<Environment>,
 }
 
 /// Whether the voters run as on a slow machine: each in a CPU cgroup of its own, with a slow
@@ -236,6 +250,10 @@ impl TestCluster {
                 cluster_addr: (cluster_ip, ports[2]).into(),
                 log: dir.path().join(format!("node-{}.log", id + 1)),
                 config,
+                env: layout
+                    .environment
+                    .as_ref()
+                    .map_or_else(Vec::new, |environment| environment(id)),
                 child: parking_lot::Mutex::new(None),
             });
         }
@@ -348,6 +366,7 @@ impl TestCluster {
             .arg(&voter.config)
             // The product's own log filter.
             .env_remove("RUST_LOG")
+            .envs(voter.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -382,24 +401,21 @@ impl TestCluster {
     }
 
     /// SIGTERM, as Kubernetes stops a pod: the node shuts down in order; SIGKILL if it has
-    /// not exited after `grace`. Whether it exited by itself.
-    pub fn stop(&self, i: usize, grace: Duration) -> bool {
-        let child = self.voters[i].child.lock().take();
-        let Some(mut child) = child else {
-            return true;
-        };
+    /// not exited after `grace`. How it exited, if by itself.
+    pub fn stop(&self, i: usize, grace: Duration) -> Option<std::process::ExitStatus> {
+        let mut child = self.voters[i].child.lock().take()?;
         // SAFETY: a signal to a child process this test started.
         unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
         let deadline = Instant::now() + grace;
         while Instant::now() < deadline {
-            if child.try_wait().ok().flatten().is_some() {
-                return true;
+            if let Some(status) = child.try_wait().ok().flatten() {
+                return Some(status);
             }
             std::thread::sleep(Duration::from_millis(20));
         }
         let _ = child.kill();
         let _ = child.wait();
-        false
+        None
     }
 
     /// Whether voter `i`'s process exited by itself (it is then reaped, and not running).
@@ -604,9 +620,9 @@ impl TestCluster {
         bytes
     }
 
-    /// Reads a whole stream from its leader, with the last page's answer; `None` when it is not
-    /// there (404, or 410 Gone).
-    pub async fn read_if_there(&self, path: &str) -> Option<(Vec<u8>, Reply)> {
+    /// Reads a stream from `from` to its tail from its leader, with the last page's answer;
+    /// `None` when it is not there (404, or 410 Gone).
+    pub async fn read_if_there(&self, path: &str, from: &str) -> Option<(Vec<u8>, Reply)> {
         let get = async |target: &str| {
             self.send(
                 0,
@@ -619,11 +635,11 @@ impl TestCluster {
             .await
             .expect("a leader answers the read")
         };
-        let first = get(&format!("{path}?offset=-1")).await;
+        let first = get(&format!("{path}?offset={from}")).await;
         if matches!(first.status, StatusCode::NOT_FOUND | StatusCode::GONE) {
             return None;
         }
-        Some(crate::http::read_pages(path, "-1", get).await)
+        Some(crate::http::read_pages(path, from, get).await)
     }
 
     /// Waits until every running voter's own copy of the stream is the given bytes (its

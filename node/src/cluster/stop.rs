@@ -42,7 +42,7 @@ impl LogDb {
         while quiet < 2 && Instant::now() < deadline {
             let turn = *turns.borrow_and_update();
             tokio::time::sleep(Duration::from_millis(10)).await;
-            let idle = turn % 2 == 0 && *turns.borrow() == turn && self.outbox_empty();
+            let idle = turn.is_multiple_of(2) && *turns.borrow() == turn && self.outbox_empty();
             quiet = if idle { quiet + 1 } else { 0 };
         }
     }
