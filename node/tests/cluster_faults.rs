@@ -104,12 +104,13 @@ fn a_rolling_restart_by_sigterm_stops_every_voter_cleanly() {
     under_load("", 3, async |cluster| {
         for i in [0, 1, 2, 0, 1, 2] {
             let stopped = tokio::task::block_in_place(|| {
-                let stopped = cluster.stop(i, Duration::from_secs(10));
+                // Kubernetes' default termination grace.
+                let stopped = cluster.stop(i, Duration::from_secs(30));
                 cluster.restart(i);
                 stopped
             });
             let status =
-                stopped.unwrap_or_else(|| panic!("voter {} still runs 10 s after SIGTERM", i + 1));
+                stopped.unwrap_or_else(|| panic!("voter {} still runs 30 s after SIGTERM", i + 1));
             assert!(status.success(), "voter {} exited {status}", i + 1);
             cluster.wait_ready().await;
         }

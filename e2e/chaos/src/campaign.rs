@@ -24,6 +24,9 @@ use crate::schedule::{Fault, Schedule, Target};
 use crate::workload::{self, Entries, bucket, stream_path};
 use crate::{disk, lifecycle};
 
+/// How long a voter may take to exit after SIGTERM: Kubernetes' default termination grace.
+const SIGTERM_GRACE: Duration = Duration::from_secs(30);
+
 /// A voter's or a gateway's resident memory after a run stays under this.
 const MEMORY_BOUND_KIB: u64 = 1024 * 1024;
 
@@ -548,7 +551,7 @@ impl Faults<'_> {
                     let stopped = tokio::task::spawn_blocking({
                         let cluster = cluster.clone();
                         move || {
-                            let by_itself = cluster.stop(v, Duration::from_secs(10));
+                            let by_itself = cluster.stop(v, SIGTERM_GRACE);
                             cluster.restart(v);
                             by_itself
                         }
@@ -561,7 +564,11 @@ impl Faults<'_> {
                             return Some(format!("voter {} exited {status} on SIGTERM", v + 1));
                         }
                         None => {
-                            return Some(format!("voter {} still ran 10 s after SIGTERM", v + 1));
+                            return Some(format!(
+                                "voter {} still ran {} s after SIGTERM",
+                                v + 1,
+                                SIGTERM_GRACE.as_secs()
+                            ));
                         }
                     }
                     cluster.wait_ready().await;

@@ -353,6 +353,9 @@ mod tests {
         assert_eq!(even[3].body, "l1.2.2\n");
         let odd = plan(1, 3);
         let last = odd.last().expect("a delete");
-        assert_eq!((last.step, last.path.as_str()), (DeleteFork, "/chaos-life-1/f3"));
+        assert_eq!(
+            (last.step, last.path.as_str()),
+            (DeleteFork, "/chaos-life-1/f3")
+        );
     }
 }
