@@ -94,6 +94,76 @@ fn sigkill_of_a_busy_leader_loses_no_acknowledged_append() {
 /// that a slow machine's few hundred appends have both):
 /// records flushed or staged on a leader that is killed, and on every voter killed at once,
 /// still read back once and in order on every voter.
+/// Writes that look at a stream before they propose (a retention PUT, a fork without a content
+/// type) answer from every acknowledged write, also at a leader that has just come back from a
+/// SIGKILL of every voter and may not have applied its whole log yet: the retention PUT is 200,
+/// not 404 `StreamNotFound`, and the fork takes its source's content type. Found by the fault
+/// campaign (seed 10047: a retention PUT answered 404 for a stream whose create had been
+/// acknowledged).
+#[test]
+fn writes_that_look_first_see_every_acknowledged_write_after_a_restart() {
+    let cluster = TestCluster::start(3, "");
+    runtime().block_on(async {
+        cluster.wait_ready().await;
+        let patience = Duration::from_secs(20);
+        for round in 0..4 {
+            let (source, fork) = (format!("/settle-{round}/s"), format!("/settle-{round}/f"));
+            create_stream(&cluster, &source).await;
+            let appended = cluster
+                .send(
+                    0,
+                    Method::POST,
+                    &source,
+                    &[("content-type", "text/plain")],
+                    Bytes::from("ab\ncd\n"),
+                    patience,
+                )
+                .await
+                .expect("an answer");
+            assert!(appended.status.is_success(), "{}", appended.text());
+            tokio::task::block_in_place(|| kill_and_restart_every_voter(&cluster));
+            // No wait for readiness: the first requests meet the restarted leaders.
+            let retention = format!("{source}/retention/0000000000000000_0000000000000003");
+            let retained = cluster
+                .send(round, Method::PUT, &retention, &[], Bytes::new(), patience)
+                .await
+                .expect("an answer");
+            assert_eq!(
+                retained.status,
+                StatusCode::OK,
+                "round {round}: {}",
+                retained.text()
+            );
+            let forked = cluster
+                .send(
+                    round,
+                    Method::PUT,
+                    &fork,
+                    &[("stream-forked-from", source.as_str())],
+                    Bytes::new(),
+                    patience,
+                )
+                .await
+                .expect("an answer");
+            assert_eq!(
+                forked.status,
+                StatusCode::CREATED,
+                "round {round}: {}",
+                forked.text()
+            );
+            let head = cluster
+                .send(0, Method::HEAD, &fork, &[], Bytes::new(), patience)
+                .await
+                .expect("an answer");
+            assert_eq!(
+                head.header("content-type"),
+                Some("text/plain"),
+                "round {round}"
+            );
+        }
+    });
+}
+
 /// Rolling restarts, as Kubernetes does them: each voter in turn stopped with SIGTERM while
 /// producers append, and started again, twice over. Each exits by itself with success and
 /// logs no error. (Under the fault campaign's heavier load, a stop used to log openraft's

@@ -6,7 +6,7 @@ use http::{HeaderMap, Response, StatusCode};
 use serde_json::value::RawValue;
 use ursula_wire::{ErrorToken, headers};
 
-use super::{content_type, live_stream};
+use super::{content_type, live_stream, settle};
 use crate::engine::now_ms;
 use crate::http::App;
 use crate::http::error::ApiError;
@@ -179,6 +179,7 @@ async fn prepare_fork(
         partial: None,
     };
     // A missing or deleted source is left to the state machine, which answers 404 or 409.
+    settle(app, &spec.source.bucket).await?;
     let Ok((handle, meta)) = live_stream(app, &spec.source, now) else {
         return Ok((spec, DEFAULT_CONTENT_TYPE.to_owned()));
     };

@@ -36,6 +36,19 @@ pub fn live_stream(
     }
 }
 
+/// Waits until this node's state holds every acknowledged write of `bucket`'s group, for a
+/// write that looks at a stream before it proposes (a retention point's message boundary, a
+/// fork's source): a leader just elected or restarted may not have applied its whole log yet,
+/// and would answer from an older state. The fault campaign found a retention PUT answered 404
+/// `StreamNotFound` for a stream whose create had been acknowledged (seed 10047).
+pub async fn settle(app: &App, bucket: &str) -> Result<(), ApiError> {
+    if app.engine(bucket)?.ready_to_read().await {
+        Ok(())
+    } else {
+        Err(ApiError::leader_not_caught_up())
+    }
+}
+
 /// Stages a body of `body_len` bytes in object storage when the node's cold tier says so
 /// (`runtime.external_payload_min_size`); the payload then names its object.
 pub async fn stage_if_large(

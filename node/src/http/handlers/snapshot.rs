@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 use ursula_wire::{ErrorToken, headers};
 
 use super::chunk::read_chunk;
-use super::{content_type, invalid_offset, live_stream};
+use super::{content_type, invalid_offset, live_stream, settle};
 use crate::engine::now_ms;
 use crate::http::App;
 use crate::http::error::ApiError;
@@ -191,6 +191,7 @@ pub async fn bootstrap(app: &App, path: &StreamPath) -> Result<Response<Body>, A
 /// stream the offset must be a message boundary.
 pub async fn retain(app: &App, path: StreamPath, at: &str) -> Result<Response<Body>, ApiError> {
     let at = parse_offset(at)?;
+    settle(app, &path.bucket).await?;
     let (handle, meta) = live_stream(app, &path, now_ms())?;
     if meta.is_json() && at < meta.tail && at > meta.retained_from {
         let slices = app
