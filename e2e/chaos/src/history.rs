@@ -44,12 +44,23 @@ pub struct ReadLog {
     pub via: String,
 }
 
-/// An SSE follower from the stream's start: what it read, across its reconnections.
+/// An SSE or long-poll follower from the stream's start: what it read, across its
+/// reconnections.
 #[derive(Clone, Debug)]
 pub struct FollowLog {
     pub stream: usize,
     pub data: String,
     pub reconnects: u32,
+}
+
+impl FollowLog {
+    pub fn new(stream: usize) -> Self {
+        Self {
+            stream,
+            data: String::new(),
+            reconnects: 0,
+        }
+    }
 }
 
 /// The steps of a lifecycle round (`lifecycle.rs`), in order.

@@ -69,19 +69,7 @@ pub async fn remains(cluster: &TestCluster, client: usize, round: u64) -> RoundR
         let closed = last.header("stream-closed") == Some("true");
         Some((String::from_utf8_lossy(&bytes).into_owned(), closed))
     };
-    let get = async |path: String| {
-        cluster
-            .send(
-                0,
-                Method::GET,
-                &path,
-                &[],
-                Bytes::new(),
-                Duration::from_secs(20),
-            )
-            .await
-            .expect("a leader answers the read")
-    };
+    let get = async |path: String| cluster.get_from_leader(&path).await;
     let retained = retained_path(client, round);
     let retained_from = cluster
         .read_if_there(&retained, &offset_after(client, round, 1))

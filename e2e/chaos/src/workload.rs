@@ -341,11 +341,7 @@ pub async fn poll(
     stop: Arc<AtomicBool>,
 ) -> FollowLog {
     let path = stream_path(stream);
-    let mut log = FollowLog {
-        stream,
-        data: String::new(),
-        reconnects: 0,
-    };
+    let mut log = FollowLog::new(stream);
     let mut offset = "-1".to_owned();
     while !stop.load(Ordering::Relaxed) {
         let target = format!("{path}?offset={offset}&live=long-poll");
@@ -380,11 +376,7 @@ pub async fn follow(
     stop: Arc<AtomicBool>,
 ) -> FollowLog {
     let path = stream_path(stream);
-    let mut log = FollowLog {
-        stream,
-        data: String::new(),
-        reconnects: 0,
-    };
+    let mut log = FollowLog::new(stream);
     let mut offset = "-1".to_owned();
     while !stop.load(Ordering::Relaxed) {
         let target = format!("{path}?offset={offset}&live=sse");

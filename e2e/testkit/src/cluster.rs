@@ -602,39 +602,30 @@ impl TestCluster {
         last
     }
 
+    /// A GET of `target`, answered by its group's leader (`send`, for up to 20 s).
+    pub async fn get_from_leader(&self, target: &str) -> Reply {
+        self.send(
+            0,
+            Method::GET,
+            target,
+            &[],
+            Bytes::new(),
+            Duration::from_secs(20),
+        )
+        .await
+        .expect("a leader answers the read")
+    }
+
     /// Reads a whole stream from its leader.
     pub async fn read_all(&self, path: &str) -> Vec<u8> {
-        let (bytes, _) = crate::http::read_pages(path, "-1", async |target| {
-            self.send(
-                0,
-                Method::GET,
-                target,
-                &[],
-                Bytes::new(),
-                Duration::from_secs(20),
-            )
-            .await
-            .expect("a leader answers the read")
-        })
-        .await;
-        bytes
+        let read = self.read_if_there(path, "-1").await;
+        read.unwrap_or_else(|| panic!("{path} is not there")).0
     }
 
     /// Reads a stream from `from` to its tail from its leader, with the last page's answer;
     /// `None` when it is not there (404, or 410 Gone).
     pub async fn read_if_there(&self, path: &str, from: &str) -> Option<(Vec<u8>, Reply)> {
-        let get = async |target: &str| {
-            self.send(
-                0,
-                Method::GET,
-                target,
-                &[],
-                Bytes::new(),
-                Duration::from_secs(20),
-            )
-            .await
-            .expect("a leader answers the read")
-        };
+        let get = async |target: &str| self.get_from_leader(target).await;
         let first = get(&format!("{path}?offset={from}")).await;
         if matches!(first.status, StatusCode::NOT_FOUND | StatusCode::GONE) {
             return None;
