@@ -48,7 +48,12 @@ async fn a_snapshot_over_the_append_limit_passes_the_gateway() {
         .request("GET", &url(&path), &[], "")
         .await
         .expect("an answer");
-    assert_eq!(read.status, StatusCode::OK);
+    assert_eq!(
+        read.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&read.body[..read.body.len().min(500)])
+    );
     assert_eq!(read.body.len(), body.len(), "the whole snapshot reads back");
     assert!(read.body.iter().all(|&b| b == b'S'));
 }

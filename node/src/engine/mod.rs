@@ -456,18 +456,4 @@ impl Engine {
     pub fn link_views<'a>(&self, sub: &'a Subscription) -> Vec<LinkView<'a>> {
         sub.views(|name| self.registry.tail_of(&StreamPath::new(&sub.bucket, name)))
     }
-
-    /// A snapshot body. Bodies are read from redb, so this first waits until redb holds the
-    /// stream's latest change.
-    pub async fn snapshot(
-        &self,
-        handle: &StreamHandle,
-        offset: u64,
-    ) -> Result<Option<bytes::Bytes>, EngineError> {
-        let stored = self.registry.wait_stored(handle.changed_seq());
-        tokio::time::timeout(self.request_timeout, stored)
-            .await
-            .map_err(|_| EngineError::TimedOut(self.request_timeout))?;
-        Ok(self.store.snapshot(handle.id, offset)?)
-    }
 }

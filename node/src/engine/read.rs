@@ -31,7 +31,9 @@ pub enum ReadError {
     Storage(#[from] StorageError),
     #[error("cannot read the stream's cold records: {0}")]
     Cold(#[from] crate::cold::ColdError),
-    #[error("the read found no data within server.request_timeout ({0:?})")]
+    #[error(
+        "the read got no data within server.request_timeout ({0:?}); nothing changed: retry it"
+    )]
     TimedOut(std::time::Duration),
 }
 
@@ -47,6 +49,20 @@ impl Engine {
             }
             _ => meta.retained_from,
         }
+    }
+
+    /// A snapshot body. Bodies are read from redb, so this first waits until redb holds the
+    /// stream's latest change.
+    pub async fn snapshot(
+        &self,
+        handle: &StreamHandle,
+        offset: u64,
+    ) -> Result<Option<Bytes>, ReadError> {
+        let stored = self.registry.wait_stored(handle.changed_seq());
+        tokio::time::timeout(self.request_timeout, stored)
+            .await
+            .map_err(|_| ReadError::TimedOut(self.request_timeout))?;
+        Ok(self.store.snapshot(handle.id, offset)?)
     }
 
     /// Up to about `max_bytes` (at least one record) from `from` towards the tail.
