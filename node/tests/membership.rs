@@ -180,7 +180,23 @@ fn a_voter_whose_data_is_wiped_rejoins_as_a_learner_and_never_votes_before() {
         cluster.wait_ready().await;
         create_streams(&cluster).await;
         let load = start_load(&cluster, 3);
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        // Until some group has snapshotted and dropped the start of its log: under heavy
+        // batching (a loaded machine) 2 s of load made fewer than 64 entries in every group.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let mut longest = 0;
+            for group in 0..cluster.group_count {
+                longest = longest.max(cluster.last_log_index(0, group).await.unwrap_or(0));
+            }
+            if longest > 150 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no group's log passed 150 entries in 60 s of load ({longest})"
+            );
+        }
         let acked = load.finish().await;
 
         tokio::task::block_in_place(|| {
