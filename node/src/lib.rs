@@ -157,6 +157,7 @@ pub async fn start(config: Config) -> Result<Node, StartError> {
                 let (engines, log) = (replicas.engines, replicas.log);
                 let rafts = Arc::new(replicas.rafts);
                 let rejoining = replicas.rejoining;
+                let calls = replicas.calls;
                 let metrics = engines
                     .iter()
                     .flatten()
@@ -167,6 +168,7 @@ pub async fn start(config: Config) -> Result<Node, StartError> {
                     listener,
                     Arc::new(cluster::service::Served {
                         rafts: rafts.clone(),
+                        calls: calls.clone(),
                         engines: engines.clone(),
                         metrics,
                         rejoining: rejoining.clone(),
@@ -178,10 +180,12 @@ pub async fn start(config: Config) -> Result<Node, StartError> {
                 let replication = cluster::stop::Replication {
                     listener,
                     rafts: rafts.clone(),
+                    calls: calls.clone(),
                     log: log.clone(),
                 };
                 let members = cluster::membership::Members {
                     rafts,
+                    calls,
                     book: view.book.clone(),
                     rejoining,
                     transport,

@@ -195,6 +195,55 @@ fn a_rolling_restart_by_sigterm_stops_every_voter_cleanly() {
     });
 }
 
+/// A leader SIGTERMed while an append's entry waits for a quorum it cannot reach (both peers
+/// frozen) stops cleanly: its own proposal ends before its Raft group does. Before, openraft
+/// logged "failure receiving rx from RaftCore" for the proposal still waiting when the group
+/// stopped (the fault campaign's seed 20074 v2: a voter restored as leader in its old term,
+/// SIGTERMed before it could commit anything).
+#[test]
+fn a_leader_stopped_while_its_append_waits_for_a_quorum_logs_no_error() {
+    let cluster = TestCluster::start_with(3, "shutdown_grace = \"2s\"\n", "");
+    runtime().block_on(async {
+        cluster.wait_ready().await;
+        create_stream(&cluster, "/fault-a/waits").await;
+        let group = cluster.group_of("fault-a");
+        let leader = cluster
+            .leader_of(group)
+            .await
+            .expect("the group has a leader");
+        let peers: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+        for &peer in &peers {
+            cluster.freeze(peer);
+        }
+        let answer = cluster.voters[leader]
+            .client()
+            .post(
+                "/fault-a/waits",
+                &[("content-type", "text/plain")],
+                "never committed",
+            )
+            .await;
+        assert_eq!(
+            answer.status,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no quorum: {}",
+            String::from_utf8_lossy(&answer.body)
+        );
+        let stopped = tokio::task::block_in_place(|| cluster.stop(leader, Duration::from_secs(30)));
+        for &peer in &peers {
+            cluster.thaw(peer);
+        }
+        let status = stopped.expect("the leader exits within 30 s of SIGTERM");
+        assert!(status.success(), "the leader exited {status}");
+        let log = cluster.log_of(leader);
+        let errors: Vec<&str> = log
+            .lines()
+            .filter(|line| line.contains(" ERROR ") || line.contains("ERROR\u{1b}"))
+            .collect();
+        assert!(errors.is_empty(), "the leader logged {errors:#?}");
+    });
+}
+
 #[test]
 fn sigkill_with_a_cold_tier_loses_no_acknowledged_append() {
     let s3 = S3Server::start();

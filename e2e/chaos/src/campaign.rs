@@ -361,12 +361,6 @@ pub fn run(schedule: &Schedule, partitions: bool) -> Report {
         for line in explained.unexplained(&log) {
             anomalies.push(format!("voter {} logged: {line}", voter.id));
         }
-        for line in explained.known_open(&log) {
-            notes.push(format!(
-                "known, open bug: voter {} logged: {line}",
-                voter.id
-            ));
-        }
     }
     for (g, gateway) in gateways.iter().enumerate() {
         if let Some(rss) = gateway

@@ -14,42 +14,19 @@ const EXPLANATIONS: &[(&[&str], &str)] = &[
     (&["disk full"], "the Raft log write failed"),
 ];
 
-/// Bugs the campaign found that are not fixed yet, as (fault kinds, a piece of the line): a
-/// matching line is reported as a note naming the bug, not as an anomaly, so that the campaign
-/// in `.ci/run` keeps finding new ones. Each entry goes once its bug is fixed.
-const KNOWN_OPEN: &[(&[&str], &str)] = &[
-    // Issue 24's notes (session 20, seeds 20074 and 20198): a voter stopped by SIGTERM soon
-    // after it started (while it believed it still led, restored in its old term) has a
-    // proposal of its own (the housekeeping sweep's, most likely) waiting on a Raft group
-    // when the group stops.
-    (
-        &["rolling restart"],
-        "failure receiving rx from RaftCore; message:  core_result=Err(Stopped)",
-    ),
-    (
-        &["rolling restart"],
-        "error when openraft::raft::raft_inner::RaftInner<_>::recv_msg error=Stopped",
-    ),
-];
-
 pub struct Explained {
     pieces: Vec<&'static str>,
-    known: Vec<&'static str>,
 }
 
 impl Explained {
     pub fn by(schedule: &Schedule) -> Self {
         let kinds: Vec<&str> = schedule.steps.iter().map(|s| s.fault.kind()).collect();
-        let drawn = |list: &[(&[&str], &'static str)]| {
-            list.iter()
-                .filter(|(by, _)| by.iter().any(|k| kinds.contains(k)))
-                .map(|(_, piece)| *piece)
-                .collect()
-        };
-        Self {
-            pieces: drawn(EXPLANATIONS),
-            known: drawn(KNOWN_OPEN),
-        }
+        let pieces = EXPLANATIONS
+            .iter()
+            .filter(|(by, _)| by.iter().any(|k| kinds.contains(k)))
+            .map(|(_, piece)| *piece)
+            .collect();
+        Self { pieces }
     }
 
     /// The lines of `log` that are anomalies (the first few of them).
@@ -57,23 +34,9 @@ impl Explained {
         log.lines()
             .map(strip_ansi)
             .filter(|line| {
-                let explained = || {
-                    self.pieces
-                        .iter()
-                        .chain(&self.known)
-                        .any(|p| line.contains(p))
-                };
+                let explained = || self.pieces.iter().any(|p| line.contains(p));
                 line.contains("panicked") || (is_error(line) && !explained())
             })
-            .take(5)
-            .collect()
-    }
-
-    /// The lines of `log` that show a known, open bug (`KNOWN_OPEN`).
-    pub fn known_open(&self, log: &str) -> Vec<String> {
-        log.lines()
-            .map(strip_ansi)
-            .filter(|line| is_error(line) && self.known.iter().any(|p| line.contains(p)))
             .take(5)
             .collect()
     }
@@ -124,37 +87,5 @@ mod tests {
         assert_eq!(found.len(), 2, "{found:?}");
         assert!(found[0].ends_with("ursula: boom"));
         assert!(found[1].contains("panicked"));
-    }
-
-    #[test]
-    fn a_known_open_bug_is_a_note_only_under_its_fault() {
-        let line = "2026-12-02T10:00:00.000001Z ERROR openraft::raft::raft_inner: failure receiving \
-                    rx from RaftCore; message:  core_result=Err(Stopped)";
-        let mut schedule = Schedule::generate(
-            1,
-            crate::schedule::Abilities {
-                partitions: false,
-                disks: false,
-                clocks: false,
-            },
-        );
-        schedule
-            .steps
-            .retain(|s| s.fault != crate::schedule::Fault::RollingRestart);
-        let without = Explained::by(&schedule);
-        assert_eq!(
-            without.unexplained(line).len(),
-            1,
-            "an anomaly without a rolling restart"
-        );
-        assert!(without.known_open(line).is_empty());
-        schedule.steps.push(crate::schedule::Step {
-            pause_ms: 0,
-            fault: crate::schedule::Fault::RollingRestart,
-            lasts_ms: 0,
-        });
-        let with = Explained::by(&schedule);
-        assert!(with.unexplained(line).is_empty());
-        assert_eq!(with.known_open(line).len(), 1);
     }
 }

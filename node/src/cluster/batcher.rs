@@ -11,6 +11,7 @@ use std::sync::Arc;
 use tokio::sync::{oneshot, watch};
 
 use super::coalesce::{Coalescer, Item};
+use super::stop::RaftCalls;
 use super::types::Raft;
 use crate::engine::error::EngineError;
 use crate::engine::uncommitted::UncommittedGuard;
@@ -51,10 +52,14 @@ pub struct Batcher {
 impl Batcher {
     /// Starts the group's batcher task; it proposes between the turns of the Raft log writer
     /// (`LogDb::writer_turns`).
-    pub fn start(raft: Raft, log_writer_turns: watch::Receiver<u64>) -> Arc<Self> {
+    pub fn start(
+        raft: Raft,
+        calls: RaftCalls,
+        log_writer_turns: watch::Receiver<u64>,
+    ) -> Arc<Self> {
         let turns = Some(log_writer_turns);
         let queue = Coalescer::start(IN_FLIGHT, MAX_COMMANDS, MAX_BYTES, turns, move |batch| {
-            propose(raft.clone(), batch)
+            propose(raft.clone(), calls.clone(), batch)
         });
         Arc::new(Self { queue })
     }
@@ -76,7 +81,7 @@ impl Batcher {
 }
 
 /// Proposes a batch as one entry and answers each proposal.
-async fn propose(raft: Raft, batch: Vec<Proposal>) {
+async fn propose(raft: Raft, calls: RaftCalls, batch: Vec<Proposal>) {
     let mut held = Vec::with_capacity(batch.len());
     let (commands, replies): (Vec<Command>, Vec<_>) = batch
         .into_iter()
@@ -85,7 +90,7 @@ async fn propose(raft: Raft, batch: Vec<Proposal>) {
             (p.command, p.reply)
         })
         .unzip();
-    let answered = super::propose_batch(&raft, commands).await;
+    let answered = super::propose_batch(&raft, &calls, commands).await;
     drop(held);
     match answered {
         Ok(results) => {

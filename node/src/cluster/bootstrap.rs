@@ -7,6 +7,7 @@ use super::log_store::{LogDb, LogStore};
 use super::network::GroupNetwork;
 use super::rejoin::Rejoining;
 use super::state_machine::GroupStateMachine;
+use super::stop::RaftCalls;
 use super::transport::Transport;
 use super::types::Raft;
 use super::{ClusterView, membership};
@@ -45,6 +46,8 @@ fn raft_config(config: &Config) -> Result<Arc<openraft::Config>, String> {
 pub struct Replicas {
     pub engines: Vec<Option<Arc<Engine>>>,
     pub rafts: Vec<Option<Raft>>,
+    /// This node's own calls into them, which an orderly stop ends first.
+    pub calls: RaftCalls,
     pub log: Arc<LogDb>,
     pub rejoining: Arc<Rejoining>,
 }
@@ -78,6 +81,7 @@ pub async fn start_groups(
     let mut replicas = Replicas {
         engines: Vec::with_capacity(config.raft.group_count),
         rafts: Vec::with_capacity(config.raft.group_count),
+        calls: RaftCalls::default(),
         log: log.clone(),
         rejoining: rejoining.clone(),
     };
@@ -101,6 +105,7 @@ pub async fn start_groups(
         let (started, raft) = tokio::sync::oneshot::channel();
         let start = {
             let (settings, view, log) = (settings.clone(), view.clone(), log.clone());
+            let calls = replicas.calls.clone();
             let rejoining = rejoining.clone();
             // A node that joins waits to be added; it seeds nothing.
             let first_entry = (!view.join).then(|| FirstEntry::of(config, &view, group));
@@ -132,16 +137,18 @@ pub async fn start_groups(
                         campaigns.clone(),
                     ));
                     if let Some(first_entry) = first_entry {
-                        first_entry.join(&raft).await?;
+                        first_entry.join(&raft, &calls).await?;
                     }
                     tokio::spawn(snapshot_on_log_bytes(
                         raft.clone(),
+                        calls.clone(),
                         log_store,
                         snapshot_budget,
                     ));
                     let _ = started.send(raft.clone());
                     let group: Arc<dyn Replication> = Arc::new(RaftGroup::new(
                         raft,
+                        calls,
                         group,
                         log.writer_turns(),
                         restored,
@@ -173,6 +180,7 @@ pub async fn start_groups(
             .map_err(|_| format!("group {group}: Raft did not start"))?;
         tokio::spawn(send_heartbeats(
             raft.clone(),
+            replicas.calls.clone(),
             engine.clone(),
             config.raft.heartbeat_interval,
         ));
@@ -207,11 +215,12 @@ impl FirstEntry {
         }
     }
 
-    async fn join(self, raft: &Raft) -> Result<(), String> {
+    async fn join(self, raft: &Raft, calls: &RaftCalls) -> Result<(), String> {
         let initialized = raft.is_initialized().await.map_err(|e| e.to_string())?;
         if !initialized {
             tokio::spawn(initialize(
                 raft.clone(),
+                calls.clone(),
                 self.members,
                 self.delay,
                 self.group,
@@ -223,7 +232,12 @@ impl FirstEntry {
 
 /// A leader's heartbeats (see `raft_config`), every `every`, unless the node drains: a
 /// draining leader lets its followers' election timeouts run out.
-async fn send_heartbeats(raft: Raft, engine: Arc<Engine>, every: std::time::Duration) {
+async fn send_heartbeats(
+    raft: Raft,
+    calls: RaftCalls,
+    engine: Arc<Engine>,
+    every: std::time::Duration,
+) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -233,15 +247,18 @@ async fn send_heartbeats(raft: Raft, engine: Arc<Engine>, every: std::time::Dura
             let metrics = metrics.borrow();
             metrics.current_leader == Some(metrics.id)
         };
-        if leads && !engine.is_draining() && raft.trigger().heartbeat().await.is_err() {
-            return;
+        if leads && !engine.is_draining() {
+            let sent = calls.run(raft.trigger().heartbeat()).await;
+            if sent.is_none_or(|sent| sent.is_err()) {
+                return;
+            }
         }
     }
 }
 
 /// Entry counts alone do not bound the log's bytes: a group also snapshots (and so purges its
 /// log) once its share of `raft.snapshot_log_budget` is used.
-async fn snapshot_on_log_bytes(raft: Raft, log: LogStore, budget: u64) {
+async fn snapshot_on_log_bytes(raft: Raft, calls: RaftCalls, log: LogStore, budget: u64) {
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(250));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_snapshot_index = None;
@@ -256,7 +273,8 @@ async fn snapshot_on_log_bytes(raft: Raft, log: LogStore, budget: u64) {
             continue;
         }
         last_snapshot_index = applied;
-        if raft.trigger().snapshot().await.is_err() {
+        let triggered = calls.run(raft.trigger().snapshot()).await;
+        if triggered.is_none_or(|triggered| triggered.is_err()) {
             return;
         }
     }
@@ -266,15 +284,19 @@ async fn snapshot_on_log_bytes(raft: Raft, log: LogStore, budget: u64) {
 /// learned it from a leader meanwhile. Every voter holds the same first entry either way.
 async fn initialize(
     raft: Raft,
+    calls: RaftCalls,
     members: std::collections::BTreeMap<super::types::NodeId, openraft::BasicNode>,
     delay: std::time::Duration,
     group: u32,
 ) {
     tokio::time::sleep(delay).await;
-    if raft.is_initialized().await.unwrap_or(true) {
+    let Some(Ok(false)) = calls.run(raft.is_initialized()).await else {
         return;
-    }
-    match raft.initialize(members).await {
+    };
+    let Some(initialized) = calls.run(raft.initialize(members)).await else {
+        return;
+    };
+    match initialized {
         Ok(())
         | Err(openraft::error::RaftError::APIError(
             openraft::error::InitializeError::NotAllowed(_),

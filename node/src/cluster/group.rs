@@ -7,6 +7,7 @@ use tokio::sync::{oneshot, watch};
 
 use super::batcher::Batcher;
 use super::rejoin::Rejoining;
+use super::stop::RaftCalls;
 use super::types::Raft;
 use crate::engine::replication::BoxFuture;
 use crate::engine::{EngineError, GroupStatus, Replication, UncommittedGuard};
@@ -14,6 +15,7 @@ use crate::machine::{Command, Outcome};
 
 pub struct RaftGroup {
     raft: Raft,
+    calls: RaftCalls,
     group: u32,
     batcher: Arc<Batcher>,
     /// Whether the node lets its replicas campaign (a drain does not); a rejoining replica
@@ -30,15 +32,17 @@ impl RaftGroup {
     /// node's Raft log writer (`log_writer_turns`).
     pub fn new(
         raft: Raft,
+        calls: RaftCalls,
         group: u32,
         log_writer_turns: watch::Receiver<u64>,
         restored: Option<(u64, u64)>,
         campaigns: Arc<AtomicBool>,
         rejoining: Arc<Rejoining>,
     ) -> Self {
-        let batcher = Batcher::start(raft.clone(), log_writer_turns);
+        let batcher = Batcher::start(raft.clone(), calls.clone(), log_writer_turns);
         Self {
             raft,
+            calls,
             group,
             batcher,
             campaigns,
@@ -99,7 +103,10 @@ impl Replication for RaftGroup {
     /// openraft's read index: an openraft leader cut off from its voters does not step down
     /// by itself, so asking a quorum is the only proof.
     fn confirm_leadership(&self) -> BoxFuture<'_, bool> {
-        Box::pin(async { self.raft.ensure_linearizable().await.is_ok() })
+        Box::pin(async {
+            let confirmed = self.calls.run(self.raft.ensure_linearizable()).await;
+            confirmed.is_some_and(|answer| answer.is_ok())
+        })
     }
 }
 

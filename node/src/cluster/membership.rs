@@ -62,6 +62,7 @@ pub enum ChangeError {
 /// Makes `change` in the group `raft` leads here; a change already made succeeds at once.
 pub async fn change_here(
     raft: &Raft,
+    calls: &super::stop::RaftCalls,
     group: u32,
     change: &MembershipChange,
 ) -> Result<(), ChangeError> {
@@ -124,7 +125,10 @@ pub async fn change_here(
         MembershipChange::Remove(_) if !is_member => return Ok(()),
         MembershipChange::Remove(_) => (ChangeMembers::RemoveNodes(BTreeSet::from([node])), false),
     };
-    match raft.change_membership(members, retain).await {
+    let Some(changed) = calls.run(raft.change_membership(members, retain)).await else {
+        return Err(ChangeError::Failed("the node is shutting down".into()));
+    };
+    match changed {
         Ok(_) => Ok(()),
         Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
             Err(ChangeError::NotLeader(forward.leader_id))
@@ -235,6 +239,7 @@ pub async fn follow(
 /// What the admin listener needs to see and change the membership of this node's groups.
 pub struct Members {
     pub rafts: Arc<Vec<Option<Raft>>>,
+    pub calls: super::stop::RaftCalls,
     pub book: Arc<AddressBook>,
     pub rejoining: Arc<Rejoining>,
     pub transport: super::transport::Transport,
@@ -277,7 +282,7 @@ impl Members {
                 let leader = raft.metrics().borrow().current_leader;
                 let result = match leader {
                     Some(id) if id == self.transport.this_node => {
-                        change_here(raft, group, change).await
+                        change_here(raft, &self.calls, group, change).await
                     }
                     Some(id) => self.forward(id, group, change).await,
                     None => Err(ChangeError::Failed(format!("group {group} has no leader"))),
@@ -360,7 +365,7 @@ impl Members {
                 if leads {
                     led.push(*group);
                 } else if !campaigning {
-                    let _ = raft.trigger().elect().await;
+                    let _ = self.calls.run(raft.trigger().elect()).await;
                 }
             }
             if led.len() == rafts.len() || tokio::time::Instant::now() >= deadline {

@@ -117,6 +117,7 @@ pub fn membership(view: &ClusterView, group: usize) -> BTreeMap<NodeId, openraft
 /// is committed on a quorum and applied here. One answer per command, in order.
 pub async fn propose_batch(
     raft: &Raft,
+    calls: &stop::RaftCalls,
     commands: Vec<crate::machine::Command>,
 ) -> Result<
     Vec<Result<crate::machine::Outcome, crate::machine::Refusal>>,
@@ -125,7 +126,10 @@ pub async fn propose_batch(
     use crate::engine::error::EngineError;
     use openraft::error::{ClientWriteError, RaftError};
     let expected = commands.len();
-    match raft.client_write(types::Batch(commands)).await {
+    let Some(written) = calls.run(raft.client_write(types::Batch(commands))).await else {
+        return Err(EngineError::Stopped);
+    };
+    match written {
         Ok(written) => match written.data.0 {
             Some(results) if results.len() == expected => Ok(results),
             _ => Err(EngineError::Replication(
@@ -146,9 +150,10 @@ pub async fn propose_batch(
 /// Proposes one command (see `propose_batch`).
 pub async fn propose(
     raft: &Raft,
+    calls: &stop::RaftCalls,
     command: crate::machine::Command,
 ) -> Result<crate::machine::Outcome, crate::engine::error::EngineError> {
-    let mut results = propose_batch(raft, vec![command]).await?;
+    let mut results = propose_batch(raft, calls, vec![command]).await?;
     match results.pop() {
         Some(result) => result.map_err(crate::engine::error::EngineError::Refused),
         None => Err(crate::engine::error::EngineError::Replication(

@@ -42,6 +42,7 @@ const MAX_RPC_BYTES: usize = 256 * 1024 * 1024;
 /// which replicas may not vote (`rejoin`).
 pub struct Served {
     pub rafts: Arc<Vec<Option<Raft>>>,
+    pub calls: super::stop::RaftCalls,
     /// The groups' engines, which a hand-off of leadership drains for a while.
     pub engines: Vec<Option<Arc<crate::engine::Engine>>>,
     pub metrics: Arc<Metrics>,
@@ -347,7 +348,7 @@ async fn call(
         CallKind::Purge => match std::str::from_utf8(&body) {
             Ok(bucket) => match sender.refusal(sender.named) {
                 Some(refused) => refused,
-                None => encode(&purge_here(&raft, bucket).await),
+                None => encode(&purge_here(&raft, &served.calls, bucket).await),
             },
             Err(_) => (StatusCode::BAD_REQUEST, b"the bucket is not UTF-8".to_vec()),
         },
@@ -384,7 +385,7 @@ async fn call(
         CallKind::Membership => match postcard::from_bytes::<MembershipChange>(&body) {
             Ok(change) => match sender.refusal(sender.named) {
                 Some(refused) => refused,
-                None => encode(&change_here(&raft, group as u32, &change).await),
+                None => encode(&change_here(&raft, &served.calls, group as u32, &change).await),
             },
             Err(error) => bad(error),
         },
@@ -403,11 +404,15 @@ fn withheld(rpc: openraft::raft::VoteRequest<NodeId>) -> openraft::raft::VoteRes
 }
 
 /// Proposes the purge of `bucket` here: the streams it deleted, or why it could not.
-async fn purge_here(raft: &Raft, bucket: &str) -> Result<u64, String> {
+async fn purge_here(
+    raft: &Raft,
+    calls: &super::stop::RaftCalls,
+    bucket: &str,
+) -> Result<u64, String> {
     let command = crate::machine::Command::PurgeBucket {
         bucket: bucket.to_owned(),
     };
-    match super::propose(raft, command).await {
+    match super::propose(raft, calls, command).await {
         Ok(crate::machine::Outcome::BucketPurged { streams }) => Ok(streams as u64),
         Ok(_) => Err("unexpected outcome of a purge".into()),
         Err(error) => Err(error.to_string()),
@@ -428,6 +433,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         Served {
             rafts: Arc::new(vec![None]),
+            calls: Default::default(),
             engines: vec![None],
             metrics: Arc::default(),
             rejoining: Arc::new(Rejoining::open(dir.path(), false, false, []).unwrap()),
