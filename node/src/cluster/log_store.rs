@@ -443,7 +443,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             callback.log_io_completed(Ok(()));
             return Ok(());
         };
-        let encoded = postcard::to_allocvec(&entries).map_err(fail::write_logs)?;
+        let encoded = crate::storage::encode_sized(&entries).map_err(fail::write_logs)?;
         let count = entries.len() as u64;
         let size = encoded.len() as u64 / count;
         {
@@ -463,7 +463,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         }
         let op = LogOp::Append {
             group: self.group,
-            entries: encoded,
+            entries: encoded.into(),
         };
         self.log
             .submit(op, last, count, Then::Flushed(callback))

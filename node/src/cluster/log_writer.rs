@@ -25,10 +25,12 @@ pub(super) const SUMMARY_EVERY: u64 = 1024;
 /// One durable change to a group's log state.
 #[derive(Serialize, Deserialize)]
 pub(super) enum LogOp {
-    /// Entries, postcard-encoded as `Vec<Entry>` by the proposer's task.
+    /// Entries, postcard-encoded as `Vec<Entry>` by the proposer's task. `Bytes`, which serde
+    /// writes as one byte string, not byte by byte as a `Vec<u8>` (encoded alike: records
+    /// written before read the same).
     Append {
         group: u32,
-        entries: Vec<u8>,
+        entries: bytes::Bytes,
     },
     Truncate {
         group: u32,

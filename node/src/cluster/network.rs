@@ -88,7 +88,7 @@ impl PeerConnection {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        let body = postcard::to_allocvec(rpc).map_err(|e| network_error(e.to_string()))?;
+        let body = crate::storage::encode_sized(rpc).map_err(|e| network_error(e.to_string()))?;
         let sent = match &self.link {
             Some(link) if kind.is_linked() && body.len() <= MAX_LINKED_CALL_BYTES => {
                 link.call(self.group, kind, body.into(), timeout).await

@@ -5,6 +5,7 @@
 //! holds the consecutive records of one stream written by one transaction.
 
 mod codec;
+pub use codec::{AppendTo, encode_sized};
 mod dump;
 pub mod wal;
 

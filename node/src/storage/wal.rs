@@ -6,6 +6,7 @@
 //! covering seq and payload. Reading stops at the first record that is empty, torn, fails its
 //! CRC or breaks the sequence: that is where the last acknowledged write ended.
 
+use super::AppendTo;
 use std::collections::VecDeque;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -293,27 +294,6 @@ impl Wal {
 
 fn segment_name(first_seq: u64) -> String {
     format!("{first_seq:020}.wal")
-}
-
-/// A postcard output that appends to an existing `Vec`, keeping what it holds.
-struct AppendTo<'a>(&'a mut Vec<u8>);
-
-impl postcard::ser_flavors::Flavor for AppendTo<'_> {
-    type Output = ();
-
-    fn try_push(&mut self, byte: u8) -> postcard::Result<()> {
-        self.0.push(byte);
-        Ok(())
-    }
-
-    fn try_extend(&mut self, bytes: &[u8]) -> postcard::Result<()> {
-        self.0.extend_from_slice(bytes);
-        Ok(())
-    }
-
-    fn finalize(self) -> postcard::Result<()> {
-        Ok(())
-    }
 }
 
 fn crc(seq: u64, payload: &[u8]) -> u32 {

@@ -26,7 +26,7 @@ impl LogStore {
         let (done, answer) = oneshot::channel();
         let op = LogOp::Append {
             group: self.group,
-            entries: encoded,
+            entries: encoded.into(),
         };
         self.log.submit(op, last, count, Then::Reply(done)).unwrap();
         answer.await.unwrap().unwrap();
@@ -91,7 +91,10 @@ async fn changes_submitted_in_one_turn_are_written_as_one_record_in_order() {
         for (group, index) in [(0, 1), (1, 1), (0, 2), (1, 2), (0, 3)] {
             let (done, answer) = oneshot::channel();
             let entries = postcard::to_allocvec(&vec![entry(1, index)]).unwrap();
-            let op = LogOp::Append { group, entries };
+            let op = LogOp::Append {
+                group,
+                entries: entries.into(),
+            };
             log.submit(op, index, 1, Then::Reply(done)).unwrap();
             answers.push(answer);
         }
@@ -160,4 +163,37 @@ async fn segments_go_once_every_group_purged_them_and_votes_survive() {
     let kept = a.indexes().await;
     assert_eq!(kept.first().map(|k| k.1), Some(3002 + SUMMARY_EVERY - 4));
     assert_eq!(kept.last().map(|k| k.1), Some(3003 + SUMMARY_EVERY));
+}
+
+#[test]
+fn an_append_record_written_when_its_entries_were_a_vec_reads_the_same() {
+    // The shape of `LogOp` before its entries became `Bytes`: the same variant first.
+    #[derive(serde::Serialize)]
+    enum Before {
+        Append { group: u32, entries: Vec<u8> },
+    }
+    let entries = postcard::to_allocvec(&vec![entry(2, 7), entry(2, 8)]).unwrap();
+    let before = postcard::to_allocvec(&vec![Before::Append {
+        group: 3,
+        entries: entries.clone(),
+    }])
+    .unwrap();
+    let now = postcard::to_allocvec(&vec![LogOp::Append {
+        group: 3,
+        entries: entries.clone().into(),
+    }])
+    .unwrap();
+    assert_eq!(now, before, "the same bytes on disk");
+    let read: Vec<LogOp> = postcard::from_bytes(&before).unwrap();
+    let [
+        LogOp::Append {
+            group,
+            entries: read,
+        },
+    ] = read.as_slice()
+    else {
+        panic!("one append");
+    };
+    assert_eq!(*group, 3);
+    assert_eq!(read[..], entries[..]);
 }
