@@ -13,7 +13,7 @@ use crate::http::App;
 use crate::http::error::ApiError;
 use crate::http::response::{Body, Reply};
 use crate::http::route::{Ds, DsResource};
-use crate::machine::subscription::{Delivery, SubscriptionAction, WakeRef, glob};
+use crate::machine::subscription::{Delivery, LinkView, SubscriptionAction, Tails, WakeRef, glob};
 use crate::machine::{Subscription, SubscriptionCommand, SubscriptionOutcome, SubscriptionSpec};
 use crate::names::is_valid_stream_name;
 use crate::subscriptions::change::{Change, ChangeError};
@@ -96,12 +96,16 @@ async fn propose(
     Ok(answer?)
 }
 
-fn answer(app: &App, sub: &Subscription, status: StatusCode) -> Answered {
-    let views = app.engine(&sub.bucket)?.link_views(sub);
+fn answer(app: &App, sub: &Subscription, views: &[LinkView<'_>], status: StatusCode) -> Answered {
     Ok(json(
         status,
-        &view::subscription(sub, &views, &app.subscriptions.key),
+        &view::subscription(sub, views, &app.subscriptions.key),
     ))
+}
+
+/// Its links with the tails the command that answered left (`Tails`).
+fn as_applied<'a>(sub: &'a Subscription, tails: &Tails) -> Vec<LinkView<'a>> {
+    sub.views(|name| tails.get(name).copied())
 }
 
 /// `POST .../claim`: the subscription's wake, now held by the worker.
@@ -110,8 +114,10 @@ async fn claim(app: &App, body: Bytes, ds: &Ds) -> Answered {
     if worker.is_empty() || worker.len() > MAX_WORKER {
         return Err(invalid(format!("worker: 1 to {MAX_WORKER} bytes")));
     }
-    let SubscriptionOutcome::Claimed { subscription: sub } =
-        propose(app, ds, SubscriptionAction::Claim { worker }, None).await?
+    let SubscriptionOutcome::Claimed {
+        subscription: sub,
+        tails,
+    } = propose(app, ds, SubscriptionAction::Claim { worker }, None).await?
     else {
         return Err(ApiError::new(
             ErrorToken::Internal,
@@ -121,10 +127,14 @@ async fn claim(app: &App, body: Bytes, ds: &Ds) -> Answered {
     let Some(wake) = &sub.wake else {
         return Err(ApiError::new(ErrorToken::Internal, "a claim left no wake"));
     };
-    let views = app.engine(&sub.bucket)?.link_views(&sub);
     Ok(json(
         StatusCode::OK,
-        &view::claimed(&sub, wake, &views, &app.subscriptions.key),
+        &view::claimed(
+            &sub,
+            wake,
+            &as_applied(&sub, &tails),
+            &app.subscriptions.key,
+        ),
     ))
 }
 
@@ -153,6 +163,7 @@ pub async fn put(app: &App, parts: &Parts, body: Bytes, ds: Ds) -> Answered {
     let SubscriptionOutcome::Put {
         created,
         subscription,
+        tails,
     } = propose(app, &ds, SubscriptionAction::Put { spec, root }, None).await?
     else {
         return Err(ApiError::new(
@@ -165,7 +176,12 @@ pub async fn put(app: &App, parts: &Parts, body: Bytes, ds: Ds) -> Answered {
     } else {
         StatusCode::OK
     };
-    answer(app, &subscription, status)
+    answer(
+        app,
+        &subscription,
+        &as_applied(&subscription, &tails),
+        status,
+    )
 }
 
 /// The body, checked and normalised; a webhook's URL is checked against the policy here, with
@@ -253,7 +269,9 @@ fn public_base(app: &App, headers: &HeaderMap) -> String {
 }
 
 pub fn get(app: &App, ds: &Ds) -> Answered {
-    answer(app, subscription(app, ds)?.as_ref(), StatusCode::OK)
+    let sub = subscription(app, ds)?;
+    let views = app.engine(&ds.bucket)?.link_views(&sub);
+    answer(app, &sub, &views, StatusCode::OK)
 }
 
 fn subscription(app: &App, ds: &Ds) -> Result<std::sync::Arc<Subscription>, ApiError> {

@@ -143,6 +143,7 @@ pub enum SubscriptionOutcome {
     Put {
         created: bool,
         subscription: Arc<Subscription>,
+        tails: Tails,
     },
     Changed,
     Acked {
@@ -150,8 +151,15 @@ pub enum SubscriptionOutcome {
     },
     Claimed {
         subscription: Arc<Subscription>,
+        tails: Tails,
     },
 }
+
+/// The tail of each stream a subscription follows, as the command that answers with them
+/// left it. A voter that carried the command to the leader answers with these, not with its
+/// own state, which may not have applied the command yet: a claim's `tail_offset` read there
+/// was older than the claim, and a worker that acknowledged it was woken again.
+pub type Tails = Arc<BTreeMap<String, u64>>;
 
 /// One link as a consumer sees it, with the stream's tail.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -371,6 +379,7 @@ impl Machine {
             return Ok(Outcome::Subscription(SubscriptionOutcome::Put {
                 created: false,
                 subscription: Arc::new(existing.clone()),
+                tails: self.tails(&key),
             }));
         }
         if let Delivery::PullWake { wake_stream } = &spec.delivery {
@@ -425,6 +434,7 @@ impl Machine {
         Ok(Outcome::Subscription(SubscriptionOutcome::Put {
             created: true,
             subscription: Arc::new(self.subscriptions[&key].clone()),
+            tails: self.tails(&key),
         }))
     }
 
@@ -466,7 +476,22 @@ impl Machine {
         self.changed(key);
         Ok(SubscriptionOutcome::Claimed {
             subscription: Arc::new(self.subscription(key)?.clone()),
+            tails: self.tails(key),
         })
+    }
+
+    /// The tails of the streams subscription `key` follows (0 for one that does not exist).
+    fn tails(&self, key: &Key) -> Tails {
+        let names = self
+            .subscriptions
+            .get(key)
+            .into_iter()
+            .flat_map(|sub| sub.links.keys());
+        Arc::new(
+            names
+                .map(|name| (name.clone(), self.tail_of(&key.0, name).unwrap_or(0)))
+                .collect(),
+        )
     }
 
     /// Opens a wake when a followed stream has data past its acknowledged offset. Answers

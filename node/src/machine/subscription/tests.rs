@@ -322,9 +322,21 @@ fn pull_wake_announces_wakes_and_leases_claims() {
         },
     )
     .unwrap();
-    let SubscriptionOutcome::Claimed { subscription } = claimed else {
+    let SubscriptionOutcome::Claimed {
+        subscription,
+        tails,
+    } = claimed
+    else {
         panic!("{claimed:?}");
     };
+    // The claim answers with each followed stream's tail as it applied, whichever voter
+    // answers (its own state may lag the leader's).
+    let events = m.stream_id(&StreamPath::new("b", "events/e")).unwrap();
+    assert_eq!(
+        tails.get("events/e").copied(),
+        Some(m.stream(events).unwrap().meta.tail)
+    );
+    assert!(tails.get("events/e").is_some_and(|tail| *tail > 0));
     let held = subscription.wake.as_ref().unwrap();
     assert_eq!(
         (held.holder.as_deref(), held.generation),
