@@ -13,6 +13,7 @@ use crate::crd::UrsulaCluster;
 use crate::objects::voter_host;
 use crate::workloads::{
     GATEWAY, labels, meta, port, probe, security, selector, service_account_name,
+    spread_over_machines,
 };
 
 /// Where a gateway finds its keys file (`spec.gateway.accessKeysSecret`).
@@ -135,6 +136,7 @@ pub fn gateway_deployment_at(cluster: &UrsulaCluster, version: &str) -> Deployme
                 }),
                 spec: Some(PodSpec {
                     containers: vec![container],
+                    affinity: Some(spread_over_machines(cluster, GATEWAY)),
                     volumes,
                     security_context: Some(security()),
                     service_account_name: Some(service_account_name(cluster)),

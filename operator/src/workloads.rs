@@ -8,12 +8,12 @@ use k8s_openapi::api::apps::v1::{
     StatefulSetUpdateStrategy,
 };
 use k8s_openapi::api::core::v1::{
-    ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
+    Affinity, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
     HTTPGetAction, KeyToPath, ObjectFieldSelector, PersistentVolumeClaim,
-    PersistentVolumeClaimSpec, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
-    ProjectedVolumeSource, SecretKeySelector, SecretProjection, SecretVolumeSource, Service,
-    ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount, VolumeProjection,
-    VolumeResourceRequirements,
+    PersistentVolumeClaimSpec, PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec,
+    PodTemplateSpec, Probe, ProjectedVolumeSource, SecretKeySelector, SecretProjection,
+    SecretVolumeSource, Service, ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
+    VolumeProjection, VolumeResourceRequirements, WeightedPodAffinityTerm,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -58,6 +58,29 @@ pub(crate) fn selector(cluster: &UrsulaCluster, component: &str) -> LabelSelecto
     LabelSelector {
         match_labels: Some(labels(cluster, component)),
         ..LabelSelector::default()
+    }
+}
+
+/// Pods of one component on machines of their own where the scheduler can: two voters on one
+/// machine are lost together (a majority of three, with one more), and a new voter placed
+/// beside an old one takes its CPU while it catches up. Preferred, not required, so that a
+/// cluster with fewer machines than pods still schedules them.
+pub(crate) fn spread_over_machines(cluster: &UrsulaCluster, component: &str) -> Affinity {
+    Affinity {
+        pod_anti_affinity: Some(PodAntiAffinity {
+            preferred_during_scheduling_ignored_during_execution: Some(vec![
+                WeightedPodAffinityTerm {
+                    weight: 100,
+                    pod_affinity_term: PodAffinityTerm {
+                        label_selector: Some(selector(cluster, component)),
+                        topology_key: "kubernetes.io/hostname".to_owned(),
+                        ..PodAffinityTerm::default()
+                    },
+                },
+            ]),
+            ..PodAntiAffinity::default()
+        }),
+        ..Affinity::default()
     }
 }
 
@@ -358,6 +381,7 @@ pub fn statefulset_at(cluster: &UrsulaCluster, version: &str) -> StatefulSet {
                 }),
                 spec: Some(PodSpec {
                     containers: vec![container],
+                    affinity: Some(spread_over_machines(cluster, NODE)),
                     security_context: Some(security()),
                     service_account_name: Some(service_account_name(cluster)),
                     automount_service_account_token: Some(false),
@@ -541,6 +565,37 @@ pub(crate) mod tests {
                 .as_deref(),
             Some("reg/ursula-node:1.2.2")
         );
+    }
+
+    #[test]
+    fn voters_and_gateways_prefer_machines_of_their_own() {
+        let cluster = cluster(3, 2);
+        let voters = statefulset(&cluster);
+        let gateways = crate::gateways::gateway_deployment(&cluster);
+        for (pod, component) in [
+            (voters.spec.template.spec.unwrap(), NODE),
+            (gateways.spec.template.spec.unwrap(), GATEWAY),
+        ] {
+            let anti = pod.affinity.unwrap().pod_anti_affinity.unwrap();
+            assert!(
+                anti.required_during_scheduling_ignored_during_execution
+                    .is_none(),
+                "preferred only: fewer machines than pods still schedule"
+            );
+            let terms = anti
+                .preferred_during_scheduling_ignored_during_execution
+                .unwrap();
+            assert_eq!(terms.len(), 1);
+            let term = &terms[0].pod_affinity_term;
+            assert_eq!(term.topology_key, "kubernetes.io/hostname");
+            let selected = term.label_selector.as_ref().unwrap().match_labels.as_ref();
+            assert_eq!(
+                selected.unwrap()["app.kubernetes.io/name"],
+                component,
+                "{component}'s pods spread from each other, not from the other component's"
+            );
+            assert_eq!(selected.unwrap()["app.kubernetes.io/instance"], "prod");
+        }
     }
 
     #[test]
