@@ -3,9 +3,8 @@
 //! a single voter with data growing to three; a voter whose data directory is wiped coming
 //! back as a learner, caught up by snapshot, and never voting with its old identity.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use http::{Method, StatusCode};
 use serde_json::json;
@@ -38,28 +37,11 @@ async fn add_learner(cluster: &TestCluster, via: usize, i: usize) {
 /// Waits until every group's leader reports the voters and learners given, with every
 /// learner caught up.
 async fn wait_membership(cluster: &TestCluster, voters: &[u64], learners: &[u64]) {
-    let voters: BTreeSet<u64> = voters.iter().copied().collect();
-    let learners: BTreeSet<u64> = learners.iter().copied().collect();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let groups = cluster.membership().await;
-        let settled = groups.len() == cluster.group_count
-            && groups.iter().all(|group| {
-                !group.joint
-                    && group.voters.iter().copied().collect::<BTreeSet<_>>() == voters
-                    && group.learners.iter().copied().collect::<BTreeSet<_>>() == learners
-                    && learners
-                        .iter()
-                        .all(|id| group.lag.get(id).is_some_and(|lag| *lag <= 64))
-            });
-        if settled {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the groups did not settle on voters {voters:?} and learners {learners:?}: {groups:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    let settled = cluster
+        .settle_membership(voters, learners, 64, Duration::from_secs(60))
+        .await;
+    if let Err(unsettled) = settled {
+        panic!("{unsettled}");
     }
 }
 

@@ -27,6 +27,10 @@ use crate::{disk, lifecycle};
 /// How long a voter may take to exit after SIGTERM: Kubernetes' default termination grace.
 const SIGTERM_GRACE: Duration = Duration::from_secs(30);
 
+/// How long each membership change that brings back a voter which lost its volume may take,
+/// catch-up included.
+const READMISSION: Duration = Duration::from_secs(60);
+
 /// A voter's or a gateway's resident memory after a run stays under this.
 const MEMORY_BOUND_KIB: u64 = 1024 * 1024;
 
@@ -547,6 +551,16 @@ impl Faults<'_> {
                 tokio::time::sleep(hold).await;
                 clocks.step(v, 0);
             }
+            Fault::LoseVolume(target) => {
+                let v = resolve(cluster, target).await;
+                blocking(Box::new(move |c| {
+                    c.wipe(v);
+                    c.restart(v);
+                }))
+                .await;
+                tokio::time::sleep(hold).await;
+                return self.readmit(v).await.err();
+            }
             Fault::RollingRestart => {
                 for v in 0..self.schedule.voters {
                     let stopped = tokio::task::spawn_blocking({
@@ -577,5 +591,47 @@ impl Faults<'_> {
             }
         }
         None
+    }
+
+    /// Brings voter `v`, which lost its volume, back as the README says: demoted to a
+    /// learner, caught up, promoted; every change through another voter's admin API, each
+    /// asked again until it is made (a change already made succeeds at once).
+    async fn readmit(&self, v: usize) -> Result<(), String> {
+        let cluster = self.cluster;
+        let id = cluster.voters[v].id;
+        let all: Vec<u64> = cluster.voters.iter().map(|voter| voter.id).collect();
+        let others: Vec<u64> = all.iter().copied().filter(|&other| other != id).collect();
+        let via = (v + 1) % cluster.voters.len();
+        let path = format!("/admin/membership/voters/{id}");
+        let started = Instant::now();
+        let mut took = Vec::new();
+        for (method, voters, learners) in [
+            (Method::DELETE, &others, vec![id]),
+            (Method::PUT, &all, vec![]),
+        ] {
+            let deadline = Instant::now() + READMISSION;
+            loop {
+                let (status, answer) = cluster.admin_call(via, method.clone(), &path, None).await;
+                if status == StatusCode::OK {
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    return Err(format!(
+                        "voter {id} lost its volume; {method} {path} still answered {status} after {READMISSION:?}: {answer}"
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            cluster
+                .settle_membership(voters, &learners, 64, READMISSION)
+                .await
+                .map_err(|unsettled| format!("voter {id} lost its volume; {unsettled}"))?;
+            took.push(format!(
+                "{method} settled at {:.1} s",
+                started.elapsed().as_secs_f64()
+            ));
+        }
+        eprintln!("  voter {id} readmitted: {}", took.join(", "));
+        Ok(())
     }
 }

@@ -2,6 +2,7 @@
 //! group's leader the way a user's client does: by following 307s, and by trying another node
 //! when one does not answer.
 
+use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -281,9 +282,15 @@ impl TestCluster {
     pub fn wipe(&self, i: usize) {
         self.kill(i);
         let voter = &self.voters[i];
-        let data = self.data_dir(i);
-        std::fs::remove_dir_all(&data).expect("remove the data dir");
-        std::fs::create_dir_all(&data).expect("data dir");
+        // Emptied, not removed: it may be a disk of its own mounted there.
+        for entry in std::fs::read_dir(self.data_dir(i)).expect("the data dir") {
+            let path = entry.expect("a data dir entry").path();
+            if path.is_dir() {
+                std::fs::remove_dir_all(&path).expect("remove from the data dir");
+            } else {
+                std::fs::remove_file(&path).expect("remove from the data dir");
+            }
+        }
         let config = std::fs::read_to_string(&voter.config).expect("config");
         if !config.contains("join = true") {
             let config = config.replacen("[raft]\n", "[raft]\njoin = true\n", 1);
@@ -338,6 +345,42 @@ impl TestCluster {
             }
         }
         ursula_wire::admin::MembershipReport::leaders_view(&reports)
+    }
+
+    /// Waits, up to `within`, until every group's leader reports exactly `voters` and
+    /// `learners` (node IDs), no change in progress, and every learner at most `max_lag`
+    /// entries behind; else says what the groups report.
+    pub async fn settle_membership(
+        &self,
+        voters: &[u64],
+        learners: &[u64],
+        max_lag: u64,
+        within: Duration,
+    ) -> Result<(), String> {
+        let voters: BTreeSet<u64> = voters.iter().copied().collect();
+        let learners: BTreeSet<u64> = learners.iter().copied().collect();
+        let deadline = Instant::now() + within;
+        loop {
+            let groups = self.membership().await;
+            let settled = groups.len() == self.group_count
+                && groups.iter().all(|group| {
+                    !group.joint
+                        && group.voters.iter().copied().collect::<BTreeSet<_>>() == voters
+                        && group.learners.iter().copied().collect::<BTreeSet<_>>() == learners
+                        && learners
+                            .iter()
+                            .all(|id| group.lag.get(id).is_some_and(|lag| *lag <= max_lag))
+                });
+            if settled {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "the groups did not settle on voters {voters:?} and learners {learners:?} in {within:?}: {groups:?}"
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     fn spawn(&self, i: usize) {
