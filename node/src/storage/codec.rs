@@ -9,7 +9,8 @@ use super::StorageError;
 /// `value` postcard-encoded into a buffer of exactly its size, for values that may be large
 /// (Raft entries and the calls that carry them, snapshot dumps): `to_allocvec` grows its
 /// buffer by doubling, which copied a 10 MiB body about twice more and faulted fresh pages in
-/// at each step (a third of a 10 MiB append's CPU, measured with perf).
+/// at each step (zeroing fresh pages was a third of the leader's CPU for 10 MiB appends, in
+/// perf).
 pub fn encode_sized<T: serde::Serialize + ?Sized>(value: &T) -> postcard::Result<Vec<u8>> {
     let mut out = Vec::with_capacity(postcard::experimental::serialized_size(value)?);
     postcard::serialize_with_flavor(value, AppendTo(&mut out))?;
