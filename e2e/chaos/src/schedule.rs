@@ -52,8 +52,8 @@ pub enum Fault {
     ClockStep { target: Target, seconds: i64 },
     /// The target loses its volume, as a pod rescheduled onto a new disk does: SIGKILL, its
     /// data directory emptied, started again to join; when the fault ends it is brought back
-    /// as the README says, through membership changes: demoted to a learner, caught up (by
-    /// snapshot), promoted.
+    /// as the README says, through membership changes: demoted to a learner, caught up (from
+    /// the log, or by snapshot where the log has been purged), promoted.
     LoseVolume(Target),
 }
 
